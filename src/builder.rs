@@ -1,0 +1,219 @@
+//! `PoolBuilder`: configuration and validation of a pool.
+
+use std::io;
+use std::time::Duration;
+
+use crate::gate::MAX_CAPACITY;
+use crate::orphan::OrphanHandler;
+use crate::pool::Pool;
+
+/// The most worker threads a pool may have.
+pub const MAX_WORKERS: usize = 1024;
+
+const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// Configures a [`Pool`]. Created by [`Pool::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::{OrphanHandler, Pool};
+/// use std::time::Duration;
+///
+/// let pool = Pool::builder()
+///     .name("registry-serve")
+///     .workers(2)
+///     .stuck_after(Duration::from_secs(30))
+///     .on_orphan(OrphanHandler::log())
+///     .build()?;
+/// assert_eq!(pool.capacity(), 2);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct PoolBuilder {
+    name: String,
+    workers: usize,
+    pub(crate) stack_size: Option<usize>,
+    pub(crate) handler: OrphanHandler,
+    stuck_after: Option<Duration>,
+}
+
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        PoolBuilder::new()
+    }
+}
+
+impl PoolBuilder {
+    /// The defaults: name `loopguard`, one worker per available CPU (at least one), orphan
+    /// reports logged, jobs running longer than 60 s reported as stuck.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let pool = loopguard::PoolBuilder::new().build()?;
+    /// assert_eq!(pool.name(), "loopguard");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn new() -> PoolBuilder {
+        PoolBuilder {
+            name: "loopguard".to_string(),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            stack_size: None,
+            handler: OrphanHandler::log(),
+            stuck_after: Some(DEFAULT_STUCK_AFTER),
+        }
+    }
+
+    /// Names the pool. Its threads are called `NAME-0`, `NAME-1`, … (and `NAME-monitor` for
+    /// the stuck-job monitor), and its metrics carry the label `pool="NAME"`. The name must
+    /// be non-empty and free of NUL bytes; [`build`](PoolBuilder::build) says so otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let pool = loopguard::Pool::builder().name("walks").workers(1).build()?;
+    /// let thread = pool.run(|| std::thread::current().name().map(String::from)).await.unwrap();
+    /// assert_eq!(thread.as_deref(), Some("walks-0"));
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn name(mut self, name: &str) -> PoolBuilder {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The number of worker threads, which is also the number of slots: between 1 and
+    /// [`MAX_WORKERS`]; [`build`](PoolBuilder::build) refuses other values.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let err = loopguard::Pool::builder().workers(0).build().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
+    pub fn workers(mut self, workers: usize) -> PoolBuilder {
+        self.workers = workers;
+        self
+    }
+
+    /// The stack size of each worker thread, in bytes (the platform default otherwise).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let pool = loopguard::Pool::builder().stack_size(4 << 20).build()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn stack_size(mut self, bytes: usize) -> PoolBuilder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Where failures of orphaned jobs and stuck-job reports go. The default logs them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (handler, reports) = loopguard::OrphanHandler::channel(32);
+    /// let pool = loopguard::Pool::builder().on_orphan(handler).build()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn on_orphan(mut self, handler: OrphanHandler) -> PoolBuilder {
+        self.handler = handler;
+        self
+    }
+
+    /// Reports a job to the orphan handler, once, when it has run longer than `threshold`
+    /// (default 60 s). The job is not interrupted (nothing can pre-empt a thread) and still
+    /// holds its slot; the report makes a job that never finishes visible instead of
+    /// leaving the pool quietly saturated. A zero threshold is refused by
+    /// [`build`](PoolBuilder::build).
+    ///
+    /// # Precision
+    ///
+    /// A monitor thread checks every tenth of the threshold (between 5 ms and 1 s), so the
+    /// report comes at most that much after the threshold passes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let pool = loopguard::Pool::builder().stuck_after(Duration::from_secs(10)).build()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn stuck_after(mut self, threshold: Duration) -> PoolBuilder {
+        self.stuck_after = Some(threshold);
+        self
+    }
+
+    /// Turns stuck-job reports off (and with them the monitor thread).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let pool = loopguard::Pool::builder().no_stuck_reports().build()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn no_stuck_reports(mut self) -> PoolBuilder {
+        self.stuck_after = None;
+        self
+    }
+
+    /// Starts the worker threads.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for zero or more than [`MAX_WORKERS`] workers, an
+    /// empty name or one containing NUL, or a zero stuck threshold; the spawn error (with
+    /// the thread's name) when a thread cannot be started, in which case the threads already
+    /// started exit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let err = loopguard::Pool::builder().workers(1_000_000).build().unwrap_err();
+    /// assert!(err.to_string().contains("between 1 and 1024"));
+    /// ```
+    pub fn build(self) -> io::Result<Pool> {
+        Pool::start(self)
+    }
+
+    pub(crate) fn validated_workers(&self) -> io::Result<usize> {
+        if self.workers == 0 || self.workers > MAX_WORKERS.min(MAX_CAPACITY) {
+            return Err(invalid(format!(
+                "a pool needs between 1 and {MAX_WORKERS} workers, got {}",
+                self.workers
+            )));
+        }
+        Ok(self.workers)
+    }
+
+    pub(crate) fn validated_name(&self) -> io::Result<&str> {
+        if self.name.is_empty() {
+            return Err(invalid("a pool name must not be empty".to_string()));
+        }
+        if self.name.contains('\0') {
+            return Err(invalid(format!(
+                "a pool name must not contain NUL bytes, got {:?}",
+                self.name
+            )));
+        }
+        Ok(&self.name)
+    }
+
+    pub(crate) fn validated_stuck_after(&self) -> io::Result<Option<Duration>> {
+        match self.stuck_after {
+            Some(threshold) if threshold.is_zero() => {
+                Err(invalid("the stuck threshold must be positive".to_string()))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}

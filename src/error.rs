@@ -1,0 +1,350 @@
+//! Error types of the pool.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A job panicked. Carries the panic message.
+///
+/// # Examples
+///
+/// ```
+/// # futures_lite::future::block_on(async {
+/// let pool = loopguard::Pool::builder().build()?;
+/// let job = pool.try_run(|| -> u32 { panic!("bad row") }).unwrap();
+/// let err = job.await.unwrap_err();
+/// assert_eq!(err.message(), "bad row");
+/// assert_eq!(err.to_string(), "job panicked: bad row");
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Panicked {
+    message: String,
+}
+
+impl Panicked {
+    pub(crate) fn new(message: String) -> Panicked {
+        Panicked { message }
+    }
+
+    /// The panic message, or `"non-string panic payload"` when the payload was not a string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// # let pool = loopguard::Pool::builder().build()?;
+    /// let job = pool.try_run(|| -> () { std::panic::panic_any(7_u8) }).unwrap();
+    /// assert_eq!(job.await.unwrap_err().message(), "non-string panic payload");
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Panicked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job panicked: {}", self.message)
+    }
+}
+
+impl std::error::Error for Panicked {}
+
+impl From<Panicked> for std::io::Error {
+    fn from(err: Panicked) -> std::io::Error {
+        std::io::Error::other(err)
+    }
+}
+
+/// Every slot of the pool is held: the job was not admitted. Hands the job back.
+///
+/// Built without allocating; [`retry_after`](Saturated::retry_after) is a hint for the
+/// client (an HTTP `Retry-After`).
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::{Pool, TryRunError};
+/// use std::sync::mpsc;
+///
+/// let pool = Pool::builder().workers(1).build()?;
+/// let (release, gate) = mpsc::channel::<()>();
+/// let busy = pool.try_run(move || gate.recv().ok()).unwrap();
+///
+/// match pool.try_run(|| 42) {
+///     Err(TryRunError::Saturated(saturated)) => {
+///         assert!(saturated.retry_after_secs() >= 1);
+///         let job = saturated.into_inner();
+///         assert_eq!(job(), 42);
+///     }
+///     _ => unreachable!("the only worker is busy"),
+/// }
+/// release.send(()).unwrap();
+/// # futures_lite::future::block_on(busy).unwrap();
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Saturated<F> {
+    job: F,
+    retry_after: Duration,
+}
+
+impl<F> Saturated<F> {
+    pub(crate) fn new(job: F, retry_after: Duration) -> Saturated<F> {
+        Saturated { job, retry_after }
+    }
+
+    /// How long the client should wait before trying again.
+    ///
+    /// # Precision
+    ///
+    /// Derived from what the pool has observed: a moving average of recent job durations
+    /// (the expected time until a running job frees its slot), never less than 1 ms and
+    /// 1 s before any job has finished. It is a hint, not a promise.
+    /// [`retry_after_secs`](Saturated::retry_after_secs) rounds it up to whole seconds, which is
+    /// always at least 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// # let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// # let busy = pool.try_run(move || rx.recv().ok()).unwrap();
+    /// let err = pool.try_run(|| ()).unwrap_err();
+    /// assert!(err.retry_after().unwrap() > std::time::Duration::ZERO);
+    /// # tx.send(()).unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// [`retry_after`](Saturated::retry_after) rounded up to whole seconds, at least 1: the
+    /// value for an HTTP `Retry-After` header.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// # let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// # let busy = pool.try_run(move || rx.recv().ok()).unwrap();
+    /// let err = pool.try_run(|| ()).unwrap_err();
+    /// assert!(err.retry_after_secs().unwrap() >= 1);
+    /// # tx.send(()).unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn retry_after_secs(&self) -> u64 {
+        ceil_secs(self.retry_after)
+    }
+
+    /// Takes the job back.
+    ///
+    /// # Examples
+    ///
+    /// See [`Saturated`].
+    pub fn into_inner(self) -> F {
+        self.job
+    }
+}
+
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    let whole = d.as_secs();
+    let secs = if d.subsec_nanos() > 0 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    };
+    secs.max(1)
+}
+
+impl<F> fmt::Debug for Saturated<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Saturated")
+            .field("retry_after", &self.retry_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> fmt::Display for Saturated<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pool is saturated, retry after {}s",
+            self.retry_after_secs()
+        )
+    }
+}
+
+impl<F> std::error::Error for Saturated<F> {}
+
+/// Why [`Pool::try_run`](crate::Pool::try_run) did not admit a job. Hands the job back.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::{Pool, TryRunError};
+///
+/// let pool = Pool::builder().build()?;
+/// pool.close();
+/// let err = pool.try_run(|| 1).unwrap_err();
+/// assert!(err.is_closed());
+/// assert_eq!(err.to_string(), "pool is closed");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[non_exhaustive]
+pub enum TryRunError<F> {
+    /// Every slot is held.
+    Saturated(Saturated<F>),
+    /// The pool was closed.
+    Closed(F),
+}
+
+impl<F> TryRunError<F> {
+    /// Whether the pool was saturated.
+    ///
+    /// # Examples
+    ///
+    /// See [`Saturated`].
+    pub fn is_saturated(&self) -> bool {
+        matches!(self, TryRunError::Saturated(_))
+    }
+
+    /// Whether the pool was closed.
+    ///
+    /// # Examples
+    ///
+    /// See [`TryRunError`].
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TryRunError::Closed(_))
+    }
+
+    /// The retry hint when the pool was saturated; `None` when it is closed (retrying will
+    /// not help).
+    ///
+    /// # Examples
+    ///
+    /// See [`Saturated::retry_after`].
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            TryRunError::Saturated(s) => Some(s.retry_after()),
+            TryRunError::Closed(_) => None,
+        }
+    }
+
+    /// The retry hint in whole seconds (at least 1) when the pool was saturated.
+    ///
+    /// # Examples
+    ///
+    /// See [`Saturated::retry_after_secs`].
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            TryRunError::Saturated(s) => Some(s.retry_after_secs()),
+            TryRunError::Closed(_) => None,
+        }
+    }
+
+    /// Takes the job back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let pool = loopguard::Pool::builder().build()?;
+    /// pool.close();
+    /// let job = pool.try_run(|| 5).unwrap_err().into_inner();
+    /// assert_eq!(job(), 5);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn into_inner(self) -> F {
+        match self {
+            TryRunError::Saturated(s) => s.into_inner(),
+            TryRunError::Closed(f) => f,
+        }
+    }
+}
+
+impl<F> fmt::Debug for TryRunError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRunError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
+            TryRunError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<F> fmt::Display for TryRunError<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TryRunError::Saturated(s) => fmt::Display::fmt(s, f),
+            TryRunError::Closed(_) => f.write_str("pool is closed"),
+        }
+    }
+}
+
+impl<F> std::error::Error for TryRunError<F> {}
+
+impl<F> From<TryRunError<F>> for std::io::Error {
+    fn from(err: TryRunError<F>) -> std::io::Error {
+        let kind = match err {
+            TryRunError::Saturated(_) => std::io::ErrorKind::WouldBlock,
+            TryRunError::Closed(_) => std::io::ErrorKind::BrokenPipe,
+        };
+        std::io::Error::new(kind, err.to_string())
+    }
+}
+
+/// Why a job submitted with [`Pool::run`](crate::Pool::run) gave no output.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::{Pool, RunError};
+///
+/// # futures_lite::future::block_on(async {
+/// let pool = Pool::builder().build()?;
+/// pool.close();
+/// assert_eq!(pool.run(|| 1).await, Err(RunError::Closed));
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The pool was closed before the job got a slot; the job never ran.
+    Closed,
+    /// The job ran and panicked.
+    Panicked(Panicked),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Closed => f.write_str("pool closed before the job got a slot"),
+            RunError::Panicked(p) => fmt::Display::fmt(p, f),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Panicked(p) => Some(p),
+            RunError::Closed => None,
+        }
+    }
+}
+
+impl From<Panicked> for RunError {
+    fn from(p: Panicked) -> RunError {
+        RunError::Panicked(p)
+    }
+}
+
+impl From<RunError> for std::io::Error {
+    fn from(err: RunError) -> std::io::Error {
+        match err {
+            RunError::Closed => std::io::Error::new(std::io::ErrorKind::BrokenPipe, err),
+            RunError::Panicked(p) => std::io::Error::other(p),
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The admission gate: slots, FIFO waiters, hand-off and close.
+//!
+//! One atomic word holds the number of slots in use, the number of queued waiters and a
+//! closed bit, so that "is a slot free *and* nobody is waiting" is decided by a single
+//! compare-and-exchange. `try_acquire` and an uncontended `release` never take a lock.
+//! A slot released while waiters are queued is handed to the oldest waiter directly: the
+//! `in_use` count does not drop, so no concurrent `try_acquire` can take it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+
+use crate::sync::lock;
+
+const IN_USE_ONE: u64 = 1;
+const IN_USE_MASK: u64 = (1 << 31) - 1;
+const WAITING_SHIFT: u32 = 31;
+const WAITING_ONE: u64 = 1 << WAITING_SHIFT;
+const WAITING_MASK: u64 = ((1 << 31) - 1) << WAITING_SHIFT;
+const CLOSED: u64 = 1 << 63;
+
+/// The largest capacity the gate supports.
+pub(crate) const MAX_CAPACITY: usize = 1 << 16;
+
+/// Why a slot was not acquired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    Saturated,
+    Closed,
+}
+
+const WAITING: u8 = 0;
+const GRANTED: u8 = 1;
+const CLOSED_OUT: u8 = 2;
+
+/// A queued waiter. The state only changes under the gate's queue lock.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    state: AtomicU8,
+    waker: Mutex<Option<Waker>>,
+}
+
+/// What a waiter sees when it looks at its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitState {
+    Waiting,
+    Granted,
+    Closed,
+}
+
+impl Waiter {
+    pub(crate) fn new() -> Arc<Waiter> {
+        Arc::new(Waiter {
+            state: AtomicU8::new(WAITING),
+            waker: Mutex::new(None),
+        })
+    }
+
+    /// Stores `waker` and returns the state observed afterwards, so a grant that races
+    /// the registration is never missed.
+    pub(crate) fn poll_state(&self, waker: &Waker) -> WaitState {
+        {
+            let mut slot = lock(&self.waker);
+            match slot.as_ref() {
+                Some(w) if w.will_wake(waker) => {}
+                _ => *slot = Some(waker.clone()),
+            }
+        }
+        self.state()
+    }
+
+    pub(crate) fn state(&self) -> WaitState {
+        match self.state.load(Ordering::Acquire) {
+            GRANTED => WaitState::Granted,
+            CLOSED_OUT => WaitState::Closed,
+            _ => WaitState::Waiting,
+        }
+    }
+
+    fn set(&self, state: u8) -> Option<Waker> {
+        self.state.store(state, Ordering::Release);
+        lock(&self.waker).take()
+    }
+}
+
+/// The outcome of [`Gate::enqueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enqueued {
+    /// A slot was free and nobody was waiting: it is ours.
+    Acquired,
+    /// The waiter is queued.
+    Queued,
+    /// The gate is closed.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) struct Gate {
+    word: AtomicU64,
+    capacity: u64,
+    queue: Mutex<VecDeque<Arc<Waiter>>>,
+}
+
+impl Gate {
+    pub(crate) fn new(capacity: usize) -> Gate {
+        debug_assert!(capacity > 0 && capacity <= MAX_CAPACITY);
+        Gate {
+            word: AtomicU64::new(0),
+            capacity: capacity as u64,
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    pub(crate) fn in_use(&self) -> usize {
+        (self.word.load(Ordering::Acquire) & IN_USE_MASK) as usize
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        ((self.word.load(Ordering::Acquire) & WAITING_MASK) >> WAITING_SHIFT) as usize
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.word.load(Ordering::Acquire) & CLOSED != 0
+    }
+
+    /// Takes a slot if one is free and nobody waits for it. Lock-free, allocation-free.
+    pub(crate) fn try_acquire(&self) -> Result<(), Refused> {
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word & CLOSED != 0 {
+                return Err(Refused::Closed);
+            }
+            if word & IN_USE_MASK >= self.capacity || word & WAITING_MASK != 0 {
+                return Err(Refused::Saturated);
+            }
+            match self.word.compare_exchange_weak(
+                word,
+                word + IN_USE_ONE,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Takes a free slot, or queues `waiter` behind the others.
+    pub(crate) fn enqueue(&self, waiter: &Arc<Waiter>) -> Enqueued {
+        let mut queue = lock(&self.queue);
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            if word & CLOSED != 0 {
+                return Enqueued::Closed;
+            }
+            let free = word & IN_USE_MASK < self.capacity && word & WAITING_MASK == 0;
+            let next = if free {
+                word + IN_USE_ONE
+            } else {
+                word + WAITING_ONE
+            };
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if free => return Enqueued::Acquired,
+                Ok(_) => {
+                    queue.push_back(waiter.clone());
+                    return Enqueued::Queued;
+                }
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Gives back a slot: to the oldest waiter if there is one, to the pool otherwise.
+    /// Returns the number of slots in use afterwards.
+    pub(crate) fn release(&self) -> usize {
+        let mut word = self.word.load(Ordering::Relaxed);
+        while word & WAITING_MASK == 0 {
+            debug_assert!(word & IN_USE_MASK > 0, "released a slot nobody held");
+            match self.word.compare_exchange_weak(
+                word,
+                word - IN_USE_ONE,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return ((word - IN_USE_ONE) & IN_USE_MASK) as usize,
+                Err(actual) => word = actual,
+            }
+        }
+        let (waker, in_use) = {
+            let mut queue = lock(&self.queue);
+            match queue.pop_front() {
+                Some(waiter) => {
+                    let prev = self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
+                    (waiter.set(GRANTED), (prev & IN_USE_MASK) as usize)
+                }
+                None => {
+                    // The waiter we saw left before we got the lock.
+                    let prev = self.word.fetch_sub(IN_USE_ONE, Ordering::AcqRel);
+                    (None, ((prev & IN_USE_MASK) - 1) as usize)
+                }
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        in_use
+    }
+
+    /// Withdraws a waiter that gives up. If it had been granted a slot meanwhile, the slot
+    /// goes on to the next waiter. Returns whether a slot was passed on.
+    pub(crate) fn cancel(&self, waiter: &Arc<Waiter>) -> bool {
+        let granted = {
+            let mut queue = lock(&self.queue);
+            match waiter.state() {
+                WaitState::Granted => true,
+                WaitState::Closed => false,
+                WaitState::Waiting => {
+                    if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+                        queue.remove(at);
+                        self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
+                    }
+                    false
+                }
+            }
+        };
+        if granted {
+            self.release();
+        }
+        granted
+    }
+
+    /// Closes the gate: nothing is admitted any more and every queued waiter is told.
+    /// Returns whether this call closed it.
+    pub(crate) fn close(&self) -> bool {
+        let wakers: Vec<Waker> = {
+            let mut queue = lock(&self.queue);
+            let prev = self.word.fetch_or(CLOSED, Ordering::AcqRel);
+            if prev & CLOSED != 0 {
+                return false;
+            }
+            let wakers = queue
+                .drain(..)
+                .filter_map(|waiter| {
+                    self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
+                    waiter.set(CLOSED_OUT)
+                })
+                .collect();
+            wakers
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_acquire_respects_capacity_and_waiters() {
+        let gate = Gate::new(2);
+        assert_eq!(gate.try_acquire(), Ok(()));
+        assert_eq!(gate.try_acquire(), Ok(()));
+        assert_eq!(gate.try_acquire(), Err(Refused::Saturated));
+        let waiter = Waiter::new();
+        assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+        assert_eq!(gate.waiting(), 1);
+        // The release goes to the waiter, not to the pool.
+        assert_eq!(gate.release(), 2);
+        assert_eq!(waiter.state(), WaitState::Granted);
+        assert_eq!(gate.try_acquire(), Err(Refused::Saturated));
+        assert_eq!(gate.waiting(), 0);
+        assert_eq!(gate.release(), 1);
+        assert_eq!(gate.release(), 0);
+    }
+
+    #[test]
+    fn a_free_slot_is_not_taken_past_a_waiter() {
+        let gate = Gate::new(1);
+        gate.try_acquire().unwrap();
+        let first = Waiter::new();
+        assert_eq!(gate.enqueue(&first), Enqueued::Queued);
+        // While someone waits, even a fresh waiter must queue.
+        let second = Waiter::new();
+        assert_eq!(gate.enqueue(&second), Enqueued::Queued);
+        gate.release();
+        assert_eq!(first.state(), WaitState::Granted);
+        assert_eq!(second.state(), WaitState::Waiting);
+        // The first gives up after its grant: the slot moves on.
+        assert!(gate.cancel(&first));
+        assert_eq!(second.state(), WaitState::Granted);
+        assert_eq!(gate.in_use(), 1);
+        gate.release();
+        assert_eq!(gate.in_use(), 0);
+    }
+
+    #[test]
+    fn cancelled_waiter_leaves_no_trace() {
+        let gate = Gate::new(1);
+        gate.try_acquire().unwrap();
+        let waiter = Waiter::new();
+        gate.enqueue(&waiter);
+        assert!(!gate.cancel(&waiter));
+        assert_eq!(gate.waiting(), 0);
+        gate.release();
+        assert_eq!(gate.in_use(), 0);
+        assert_eq!(gate.try_acquire(), Ok(()));
+    }
+
+    #[test]
+    fn close_fails_waiters_and_refuses_admission() {
+        let gate = Gate::new(1);
+        gate.try_acquire().unwrap();
+        let waiter = Waiter::new();
+        gate.enqueue(&waiter);
+        assert!(gate.close());
+        assert!(!gate.close());
+        assert_eq!(waiter.state(), WaitState::Closed);
+        assert_eq!(gate.waiting(), 0);
+        assert_eq!(gate.try_acquire(), Err(Refused::Closed));
+        assert_eq!(gate.enqueue(&Waiter::new()), Enqueued::Closed);
+        assert_eq!(gate.release(), 0);
+    }
+}

@@ -1,0 +1,95 @@
+//! Keep a single-threaded async event loop responsive while it offloads blocking work.
+//!
+//! A service on smol, async-std or an `async_executor::LocalExecutor` that serializes a
+//! whole metrics registry, walks a cardinality report or runs a SQL collector must not do
+//! that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
+//! queue without bound: under a scrape storm every caller waits behind redundant walks and
+//! gets a late answer instead of a clear "busy". And when a caller leaves, the thread runs
+//! on while its result, and any failure, vanishes.
+//!
+//! loopguard gives the loop a [`Pool`] whose admission gate is sized to its threads:
+//!
+//! - [`Pool::try_run`] fails fast with [`Saturated`] and a `retry_after` hint (an HTTP 503
+//!   with `Retry-After`), without awaiting, allocating or queueing;
+//! - [`Pool::run`] waits for a slot in FIFO order, and a freed slot goes to the oldest
+//!   waiter rather than to whoever calls `try_run` next;
+//! - a slot is released by the worker thread when the job has *finished*, never by the
+//!   awaiting future: dropping a [`Job`] orphans the job, which keeps its slot until its
+//!   thread is done, and whose failure reaches the pool's [`OrphanHandler`] exactly once;
+//! - a job running past a threshold is reported, so a pool that never frees a slot is
+//!   visible, and every pool publishes honest numbers through the [`metrics`](mod@metrics)
+//!   facade.
+//!
+//! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
+//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
+//! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
+//! It never depends on tokio.
+//!
+//! # Examples
+//!
+//! ```
+//! use loopguard::{Pool, TryRunError};
+//!
+//! # futures_lite::future::block_on(async {
+//! let pool = Pool::builder().name("registry-serve").workers(2).build()?;
+//!
+//! // In an HTTP handler: answer 503 at once when both workers are busy.
+//! let body = match pool.try_run(|| "up 1\n".to_string()) {
+//!     Ok(job) => job.await.map_err(std::io::Error::from)?,
+//!     Err(TryRunError::Saturated(busy)) => {
+//!         format!("busy, retry after {}s", busy.retry_after_secs())
+//!     }
+//!     Err(closed) => return Err(closed.into()),
+//! };
+//! assert_eq!(body, "up 1\n");
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # When not to use it
+//!
+//! - For CPU-parallel data processing, use a work-stealing pool (rayon): loopguard bounds
+//!   admission, it does not split work.
+//! - For work that should queue without bound and must never be refused, `blocking::unblock`
+//!   is simpler.
+//! - Nothing here pre-empts a thread: a job that never returns keeps its slot. loopguard
+//!   makes that visible (stuck-job reports, the oldest job's age); it cannot stop it.
+//! - On a multi-threaded tokio runtime, `tokio::sync::Semaphore` with owned permits moved
+//!   into `spawn_blocking` gives the slot rule, though not the orphan reporting.
+
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+
+mod builder;
+mod error;
+mod gate;
+mod job;
+pub mod metrics;
+pub mod orphan;
+mod outcome;
+mod pool;
+mod run;
+mod shared;
+mod sync;
+
+pub use crate::builder::{PoolBuilder, MAX_WORKERS};
+pub use crate::error::{Panicked, RunError, Saturated, TryRunError};
+pub use crate::job::Job;
+pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
+pub use crate::outcome::JobOutput;
+pub use crate::pool::{Pool, PoolStats};
+
+/// The named futures of this crate.
+pub mod futures {
+    pub use crate::run::Run;
+}
+
+// The README's examples are compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

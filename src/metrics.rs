@@ -1,0 +1,160 @@
+//! Metric names, their descriptions, and the handles a pool emits through.
+//!
+//! loopguard only *emits* through the [`metrics`] facade; the application installs the
+//! recorder (for example `metrics-exporter-prometheus`). Handles are obtained when a pool is
+//! built, so install the recorder before building pools. Every series of a pool is created
+//! at build time with a zero value (each `outcome` label included), so dashboards and alerts
+//! never see a missing series.
+//!
+//! Gauges that are integrated over time (`loopguard_pool_demand_avg`) or that age
+//! (`loopguard_pool_oldest_job_seconds`) are updated *on read*: call
+//! [`Pool::publish_metrics`](crate::Pool::publish_metrics) right before rendering a scrape.
+//! The counters, histograms and the `in_use`/`waiting` gauges are updated as events happen.
+//!
+//! # Examples
+//!
+//! ```
+//! // Once, at startup, after installing a recorder:
+//! loopguard::metrics::describe_metrics();
+//! assert_eq!(loopguard::metrics::POOL_IN_USE, "loopguard_pool_in_use");
+//! ```
+
+use ::metrics::{
+    describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
+};
+
+/// Gauge: slots of the pool (its worker threads). Label `pool`.
+pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";
+/// Gauge: slots held, orphaned jobs included. Label `pool`.
+pub const POOL_IN_USE: &str = "loopguard_pool_in_use";
+/// Gauge: callers waiting for a slot. Label `pool`.
+pub const POOL_WAITING: &str = "loopguard_pool_waiting";
+/// Counter: finished jobs. Labels `pool`, `outcome` (`ok`, `error`, `panicked`).
+pub const POOL_JOBS_TOTAL: &str = "loopguard_pool_jobs_total";
+/// Counter: `try_run` calls refused because the pool was saturated. Label `pool`.
+pub const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
+/// Histogram: seconds from submission to admission (zero when a slot was free). Label `pool`.
+pub const POOL_WAIT_SECONDS: &str = "loopguard_pool_wait_seconds";
+/// Histogram: seconds a job ran on its worker thread. Label `pool`.
+pub const POOL_JOB_SECONDS: &str = "loopguard_pool_job_seconds";
+/// Gauge: age in seconds of the oldest running job, 0 when idle. Label `pool`.
+pub const POOL_OLDEST_JOB_SECONDS: &str = "loopguard_pool_oldest_job_seconds";
+/// Gauge: time-weighted average of holders + waiters over the demand window. Label `pool`.
+pub const POOL_DEMAND_AVG: &str = "loopguard_pool_demand_avg";
+/// Counter: failures of orphaned jobs (reported to the orphan handler). Label `pool`.
+pub const ORPHANED_FAILURES_TOTAL: &str = "loopguard_orphaned_failures_total";
+/// Counter: jobs reported as stuck (running past the pool's threshold). Label `pool`.
+pub const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total";
+
+/// The `outcome` label values of [`POOL_JOBS_TOTAL`].
+pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
+
+/// Registers help text and units for every metric loopguard emits. Call it once after the
+/// recorder is installed; calling it again is harmless.
+///
+/// # Examples
+///
+/// ```
+/// loopguard::metrics::describe_metrics();
+/// ```
+pub fn describe_metrics() {
+    describe_gauge!(
+        POOL_CAPACITY,
+        Unit::Count,
+        "Slots (worker threads) of the pool."
+    );
+    describe_gauge!(
+        POOL_IN_USE,
+        Unit::Count,
+        "Slots held by admitted jobs, orphaned jobs included."
+    );
+    describe_gauge!(POOL_WAITING, Unit::Count, "Callers waiting for a slot.");
+    describe_counter!(
+        POOL_JOBS_TOTAL,
+        Unit::Count,
+        "Jobs finished, by outcome (ok, error, panicked)."
+    );
+    describe_counter!(
+        POOL_REJECTED_TOTAL,
+        Unit::Count,
+        "Submissions refused at once because every slot was held."
+    );
+    describe_histogram!(
+        POOL_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from submission to admission, zero when a slot was free."
+    );
+    describe_histogram!(
+        POOL_JOB_SECONDS,
+        Unit::Seconds,
+        "Time a job ran on its worker thread."
+    );
+    describe_gauge!(
+        POOL_OLDEST_JOB_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest running job, 0 when idle."
+    );
+    describe_gauge!(
+        POOL_DEMAND_AVG,
+        Unit::Count,
+        "Time-weighted average of holders plus waiters over the demand window."
+    );
+    describe_counter!(
+        ORPHANED_FAILURES_TOTAL,
+        Unit::Count,
+        "Failures of work whose caller had left, reported to the orphan handler."
+    );
+    describe_counter!(
+        POOL_STUCK_JOBS_TOTAL,
+        Unit::Count,
+        "Jobs that ran past the pool's stuck threshold."
+    );
+}
+
+/// The handles one pool emits through, registered when the pool is built.
+#[derive(Debug)]
+pub(crate) struct PoolMetrics {
+    pub(crate) in_use: Gauge,
+    pub(crate) waiting: Gauge,
+    pub(crate) jobs: [Counter; 3],
+    pub(crate) rejected: Counter,
+    pub(crate) wait_seconds: Histogram,
+    pub(crate) job_seconds: Histogram,
+    pub(crate) oldest_job_seconds: Gauge,
+    pub(crate) orphaned_failures: Counter,
+    pub(crate) stuck_jobs: Counter,
+}
+
+impl PoolMetrics {
+    pub(crate) fn register(pool: &str, capacity: usize) -> PoolMetrics {
+        let label = pool.to_string();
+        let gauge = |name: &'static str| {
+            let g = ::metrics::gauge!(name, "pool" => label.clone());
+            g.set(0.0);
+            g
+        };
+        let counter = |name: &'static str| {
+            let c = ::metrics::counter!(name, "pool" => label.clone());
+            c.increment(0);
+            c
+        };
+        let job = |outcome: &'static str| {
+            let c =
+                ::metrics::counter!(POOL_JOBS_TOTAL, "pool" => label.clone(), "outcome" => outcome);
+            c.increment(0);
+            c
+        };
+        gauge(POOL_CAPACITY).set(capacity as f64);
+        PoolMetrics {
+            in_use: gauge(POOL_IN_USE),
+            waiting: gauge(POOL_WAITING),
+            jobs: JOB_OUTCOMES.map(job),
+            rejected: counter(POOL_REJECTED_TOTAL),
+            wait_seconds: ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label.clone()),
+            job_seconds: ::metrics::histogram!(POOL_JOB_SECONDS, "pool" => label.clone()),
+            oldest_job_seconds: gauge(POOL_OLDEST_JOB_SECONDS),
+            orphaned_failures: counter(ORPHANED_FAILURES_TOTAL),
+            stuck_jobs: counter(POOL_STUCK_JOBS_TOTAL),
+        }
+    }
+}

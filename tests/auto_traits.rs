@@ -1,0 +1,47 @@
+//! Compile-time assertions of `Send`, `Sync` and `Unpin` on the public types.
+
+use loopguard::futures::Run;
+use loopguard::{
+    Job, OrphanHandler, OrphanReceiver, Panicked, Pool, PoolBuilder, PoolStats, Report, RunError,
+    Saturated, TryRunError,
+};
+
+fn send_sync<T: Send + Sync>() {}
+fn send<T: Send>() {}
+fn unpin<T: Unpin>() {}
+
+type Closure = fn() -> u32;
+
+#[test]
+fn public_types_are_send_and_sync() {
+    send_sync::<Pool>();
+    send_sync::<PoolBuilder>();
+    send_sync::<PoolStats>();
+    send_sync::<Job<u32>>();
+    send_sync::<Job<Result<String, std::io::Error>>>();
+    send_sync::<Run<Closure, u32>>();
+    send_sync::<OrphanHandler>();
+    send_sync::<OrphanReceiver>();
+    send_sync::<Report>();
+    send_sync::<Panicked>();
+    send_sync::<RunError>();
+    send_sync::<Saturated<Closure>>();
+    send_sync::<TryRunError<Closure>>();
+    // A non-Sync output is fine: only `Send` is needed to move it back.
+    send::<Job<std::cell::Cell<u8>>>();
+}
+
+#[test]
+fn futures_are_unpin() {
+    unpin::<Job<u32>>();
+    unpin::<Run<Closure, u32>>();
+}
+
+#[test]
+fn errors_are_std_errors() {
+    fn error<E: std::error::Error + Send + Sync + 'static>() {}
+    error::<Panicked>();
+    error::<RunError>();
+    error::<Saturated<Closure>>();
+    error::<TryRunError<Closure>>();
+}
