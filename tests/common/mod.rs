@@ -1,13 +1,25 @@
-//! Shared test helpers: one macro to run a behaviour on every executor, and latches.
+//! Shared test helpers: one macro to run a behaviour on every executor, latches, counters
+//! and futures that count their polls.
 #![allow(dead_code, unused_macros)]
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 /// Defines a module `$name` with one test per executor: `smol`, `async_std`,
 /// `local_executor`, `block_on` and `tokio_current_thread`, each running the same body.
 #[macro_export]
 macro_rules! on_every_executor {
+    ($name:ident, $body:expr) => {
+        on_every_executor! {
+            async fn $name() {
+                $body.await
+            }
+        }
+    };
     ($(#[$attr:meta])* async fn $name:ident() $body:block) => {
         $(#[$attr])*
         mod $name {
@@ -40,6 +52,7 @@ macro_rules! on_every_executor {
             #[test]
             fn tokio_current_thread() {
                 tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
                     .build()
                     .expect("a tokio runtime")
                     .block_on(body())
@@ -116,4 +129,82 @@ impl Counter {
 /// Polls a future once, returning its output if it was ready.
 pub async fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> Option<F::Output> {
     futures_lite::future::poll_once(fut).await
+}
+
+/// Generous upper bound for "woke near the deadline" on a shared 2-core machine.
+pub const SLACK: Duration = Duration::from_millis(200);
+
+/// Asserts `start.elapsed()` is within `[at_least, at_least + SLACK)`.
+#[track_caller]
+pub fn assert_elapsed_near(start: Instant, at_least: Duration) {
+    let took = start.elapsed();
+    assert!(
+        took >= at_least,
+        "took {took:?}, expected at least {at_least:?}"
+    );
+    assert!(
+        took < at_least + SLACK,
+        "took {took:?}, expected under {:?}",
+        at_least + SLACK
+    );
+}
+
+/// A future that counts its polls and is ready with `value` after `pending_polls`
+/// pending ones (waking itself each time).
+pub struct Counted<T> {
+    pub polls: Arc<AtomicUsize>,
+    pending_polls: usize,
+    value: Option<T>,
+}
+
+impl<T: Unpin> Counted<T> {
+    pub fn new(value: T, pending_polls: usize) -> (Self, Arc<AtomicUsize>) {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let fut = Counted {
+            polls: polls.clone(),
+            pending_polls,
+            value: Some(value),
+        };
+        (fut, polls)
+    }
+}
+
+impl<T: Unpin> Future for Counted<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let seen = this.polls.fetch_add(1, Ordering::SeqCst);
+        if seen < this.pending_polls {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(this.value.take().expect("Counted polled after completion"))
+    }
+}
+
+/// A future that blocks its thread until `until`, then is ready with `value`: a
+/// result that is computed late.
+pub async fn ready_late<T>(until: Instant, value: T) -> T {
+    let now = Instant::now();
+    if until > now {
+        std::thread::sleep(until - now);
+    }
+    value
+}
+
+/// Asserts that `a` and `b` differ by less than 1e-9.
+#[track_caller]
+pub fn assert_close(a: f64, b: f64) {
+    assert!((a - b).abs() < 1e-9, "{a} != {b}");
+}
+
+/// Awaits `fut`, panicking if it takes longer than `limit`: a broken contract then fails
+/// the test instead of hanging it.
+pub async fn bounded<F: Future>(limit: Duration, fut: F) -> F::Output {
+    let watchdog = async {
+        async_io::Timer::after(limit).await;
+        panic!("not done within {limit:?}");
+    };
+    futures_lite::future::or(fut, watchdog).await
 }

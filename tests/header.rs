@@ -1,0 +1,149 @@
+//! `X-Prometheus-Scrape-Timeout-Seconds` parsing: a table of real and hostile values,
+//! and a property test that it never panics and never exceeds the default.
+
+use std::time::Duration;
+
+use loopguard::header::{scrape_budget, scrape_deadline, SCRAPE_TIMEOUT_HEADER};
+use proptest::prelude::*;
+
+const DEFAULT: Duration = Duration::from_secs(30);
+const OFFSET: Duration = Duration::from_millis(500);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[test]
+fn header_name() {
+    assert_eq!(SCRAPE_TIMEOUT_HEADER, "X-Prometheus-Scrape-Timeout-Seconds");
+}
+
+#[test]
+fn values_that_count() {
+    // (header, expected budget) with default 30 s and offset 0.5 s.
+    let table: &[(&[u8], Duration)] = &[
+        (b"10", ms(9_500)),  // Prometheus' usual form
+        (b"0.5", DEFAULT),   // offset leaves nothing: default stands
+        (b"0.75", ms(250)),  // offset leaves something
+        (b"9.5", ms(9_000)), // fractional seconds
+        (b"1e1", ms(9_500)), // exponent form
+        (b"1E1", ms(9_500)),
+        (b"+10", ms(9_500)),
+        (b" 10", ms(9_500)), // surrounding whitespace
+        (b"10 ", ms(9_500)),
+        (b"\t10\t", ms(9_500)),
+        (b"10.000000001", ms(9_500) + Duration::from_nanos(1)),
+        (b"30.5", DEFAULT), // exactly the default after the offset
+        (b"31", DEFAULT),   // more than the default: the default caps it
+        (b"120", DEFAULT),
+        (b"1e9", DEFAULT),
+    ];
+    for (raw, want) in table {
+        let got = scrape_budget(Some(raw), DEFAULT, OFFSET);
+        assert_eq!(got, *want, "header {:?}", String::from_utf8_lossy(raw));
+    }
+}
+
+#[test]
+fn values_that_are_ignored() {
+    let table: &[&[u8]] = &[
+        b"",
+        b"   ",
+        b"0",
+        b"0.0",
+        b"-0",
+        b"-1",
+        b"-0.5",
+        b"0.5",   // equal to the offset: nothing left
+        b"0.4",   // less than the offset
+        b"1e-12", // rounds to zero nanoseconds
+        b"NaN",
+        b"nan",
+        b"inf",
+        b"-inf",
+        b"Infinity",
+        b"1e400", // parses to infinity
+        b"1e20",  // finite but too big for a Duration
+        b"1.8446744073709552e19",
+        b"abc",
+        b"10s",
+        b"0x10",
+        b"1 0",
+        b"1,5",
+        b"10\0",
+        b"\xff\xfe",
+        b"1\xc3",
+        "１０".as_bytes(), // full-width digits
+    ];
+    for raw in table {
+        let got = scrape_budget(Some(raw), DEFAULT, OFFSET);
+        assert_eq!(got, DEFAULT, "header {:?}", String::from_utf8_lossy(raw));
+    }
+    assert_eq!(scrape_budget(None, DEFAULT, OFFSET), DEFAULT);
+}
+
+#[test]
+fn zero_offset_and_zero_default() {
+    assert_eq!(
+        scrape_budget(Some(b"10"), DEFAULT, Duration::ZERO),
+        ms(10_000)
+    );
+    assert_eq!(
+        scrape_budget(Some(b"10"), Duration::ZERO, OFFSET),
+        Duration::ZERO
+    );
+    assert_eq!(scrape_budget(Some(b"10"), DEFAULT, Duration::MAX), DEFAULT);
+}
+
+#[test]
+fn deadline_from_the_header() {
+    let d = scrape_deadline(Some(b"10"), DEFAULT, OFFSET);
+    let left = d.remaining().expect("a real deadline");
+    assert!(left <= ms(9_500) && left > ms(8_500), "{left:?}");
+    let d = scrape_deadline(Some(b"nope"), DEFAULT, OFFSET);
+    assert!(d.remaining().expect("a real deadline") <= DEFAULT);
+}
+
+fn check(raw: &[u8], default: Duration, offset: Duration) -> Result<(), TestCaseError> {
+    let got = scrape_budget(Some(raw), default, offset);
+    prop_assert!(got <= default, "{got:?} > {default:?}");
+    if !default.is_zero() {
+        prop_assert!(!got.is_zero());
+    }
+    Ok(())
+}
+
+fn durations() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        (0u64..120_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_nanos),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    #[test]
+    fn arbitrary_bytes(raw in proptest::collection::vec(any::<u8>(), 0..32),
+                       default in durations(), offset in durations()) {
+        check(&raw, default, offset)?;
+    }
+
+    #[test]
+    fn arbitrary_floats(x in any::<f64>(), exp in any::<bool>(), pad in 0usize..3,
+                        default in durations(), offset in durations()) {
+        let text = if exp { format!("{x:e}") } else { format!("{x}") };
+        let raw = format!("{:pad$}{text}{:pad$}", "", "");
+        check(raw.as_bytes(), default, offset)?;
+        // A value that counts gives exactly min(default, value - offset).
+        if let Ok(value) = Duration::try_from_secs_f64(x) {
+            if let Some(left) = value.checked_sub(offset).filter(|d| !d.is_zero()) {
+                prop_assert_eq!(scrape_budget(Some(raw.as_bytes()), default, offset),
+                                left.min(default));
+            }
+        }
+    }
+}
