@@ -66,26 +66,37 @@
 )]
 
 mod builder;
+pub mod deadline;
+pub mod demand;
 mod error;
 mod gate;
+pub mod header;
 mod job;
+pub mod keyed;
 pub mod metrics;
 pub mod orphan;
 mod outcome;
 mod pool;
+pub mod retry;
 mod run;
 mod shared;
 mod sync;
 
 pub use crate::builder::{PoolBuilder, MAX_WORKERS};
+pub use crate::deadline::{Deadline, Expired};
+pub use crate::demand::Demand;
 pub use crate::error::{Panicked, RunError, Saturated, TryRunError};
 pub use crate::job::Job;
+pub use crate::keyed::KeyedGate;
 pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
 pub use crate::outcome::JobOutput;
 pub use crate::pool::{Pool, PoolStats};
 
 /// The named futures of this crate.
 pub mod futures {
+    pub use crate::deadline::{Sleep, Within};
+    pub use crate::keyed::Acquire;
+    pub use crate::retry::RetryFuture;
     pub use crate::run::Run;
 }
 

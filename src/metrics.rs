@@ -46,6 +46,48 @@ pub const ORPHANED_FAILURES_TOTAL: &str = "loopguard_orphaned_failures_total";
 /// Counter: jobs reported as stuck (running past the pool's threshold). Label `pool`.
 pub const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total";
 
+/// Gauge: time-weighted demand (holders + waiters) of one key of a
+/// [`KeyedGate`](crate::keyed::KeyedGate) over its window. Labels: `gate`,
+/// `key`. Updated on read, by [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::KEYED_DEMAND_AVG, "loopguard_keyed_demand_avg");
+/// ```
+pub const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
+
+/// Counter: calls to [`KeyedGate::try_acquire`](crate::keyed::KeyedGate::try_acquire)
+/// rejected because the key was busy. Label: `gate`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     loopguard::metrics::KEYED_REJECTED_TOTAL,
+///     "loopguard_keyed_rejected_total",
+/// );
+/// ```
+pub const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
+
+/// Label naming the gate a series belongs to.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::LABEL_GATE, "gate");
+/// ```
+pub const LABEL_GATE: &str = "gate";
+
+/// Label naming the key of a keyed gate.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::LABEL_KEY, "key");
+/// ```
+pub const LABEL_KEY: &str = "key";
+
 /// The `outcome` label values of [`POOL_JOBS_TOTAL`].
 pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
 
@@ -103,6 +145,16 @@ pub fn describe_metrics() {
         ORPHANED_FAILURES_TOTAL,
         Unit::Count,
         "Failures of work whose caller had left, reported to the orphan handler."
+    );
+    describe_gauge!(
+        KEYED_DEMAND_AVG,
+        Unit::Count,
+        "Time-weighted average of holders plus waiters of one key over the gate's window."
+    );
+    describe_counter!(
+        KEYED_REJECTED_TOTAL,
+        Unit::Count,
+        "Reject-when-busy admissions refused because the key was busy."
     );
     describe_counter!(
         POOL_STUCK_JOBS_TOTAL,

@@ -1,0 +1,650 @@
+//! Time-weighted demand: how many callers held or waited for a resource, on
+//! average, over a sliding window.
+//!
+//! An instantaneous "busy" flag cannot tell a 10 ms blip from a queue that has
+//! been building for seconds, and a gauge sampled at scrape time misses every
+//! burst that happened between two scrapes. [`Demand`] integrates the level
+//! (holders + waiters) over time instead:
+//!
+//! ```text
+//! average = sum(level × time spent at that level within the window) / window
+//! ```
+//!
+//! While the history is shorter than the window, the denominator is the time
+//! elapsed since the history started; at zero elapsed time the average is 0.
+//! An average above 1 for a single-slot resource means callers waited during
+//! the window, not necessarily that anybody is waiting right now.
+//!
+//! # Precision
+//!
+//! Memory is fixed whatever the event rate (about 2 KiB): the window is split
+//! into 64 buckets, each holding the exact integral of level × nanoseconds
+//! spent in it (segments are split exactly at bucket boundaries) and the
+//! level since its last change. Only the oldest bucket can be partly inside
+//! the window. The average is exact when the window starts on a bucket
+//! boundary, or after the last change inside that oldest bucket: so all the
+//! worked cases are exact, and activity older than the window reads exactly
+//! 0. Otherwise the part of the oldest bucket before its last change is
+//! pro-rated, an error of at most that bucket's peak level × 1/64 of the
+//! window. Windows of whole seconds divide into whole-nanosecond buckets.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Number of buckets the window is divided into.
+const BUCKETS: u64 = 64;
+/// Ring slots: the current, partial bucket plus `BUCKETS` older ones.
+const SLOTS: usize = BUCKETS as usize + 1;
+
+/// The window used by [`Demand::default`]: five seconds.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::demand::{Demand, DEFAULT_WINDOW};
+///
+/// assert_eq!(Demand::default().window(), DEFAULT_WINDOW);
+/// ```
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+
+/// The error returned for a zero averaging window, or one longer than
+/// `u64::MAX` nanoseconds (about 584 years).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::demand::Demand;
+///
+/// let err = Demand::new(Duration::ZERO).unwrap_err();
+/// assert_eq!(err.to_string(), "demand window must be greater than zero");
+/// assert!(Demand::new(Duration::MAX).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidWindow {
+    window: Duration,
+}
+
+impl InvalidWindow {
+    /// The window that was rejected.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let err = Demand::new(Duration::ZERO).unwrap_err();
+    /// assert_eq!(err.window(), Duration::ZERO);
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+}
+
+impl fmt::Display for InvalidWindow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.window.is_zero() {
+            f.write_str("demand window must be greater than zero")
+        } else {
+            write!(f, "demand window of {:?} is too large", self.window)
+        }
+    }
+}
+
+impl std::error::Error for InvalidWindow {}
+
+/// One bucket of the ring: the exact integral of level × ns spent in it, and
+/// its tail: the level since the last change inside it, and when that was.
+#[derive(Clone, Copy, Default)]
+struct Bucket {
+    integral: u128,
+    tail_start: u64,
+    tail_level: usize,
+}
+
+/// The lock-free core shared by [`Demand`] and the keyed gate (which keeps one
+/// per key under its own lock). Times are nanoseconds since `start`.
+#[derive(Clone, Copy)]
+pub(crate) struct DemandCore {
+    start: Instant,
+    window_ns: u64,
+    bucket_ns: u64,
+    last_ns: u64,
+    level: usize,
+    buckets: [Bucket; SLOTS],
+}
+
+fn slot(bucket: u64) -> usize {
+    (bucket % SLOTS as u64) as usize
+}
+
+impl DemandCore {
+    pub(crate) fn new(window: Duration, start: Instant) -> Result<Self, InvalidWindow> {
+        match u64::try_from(window.as_nanos()) {
+            Ok(window_ns) if window_ns > 0 => Ok(Self::with_nanos(window_ns, start)),
+            _ => Err(InvalidWindow { window }),
+        }
+    }
+
+    /// A core with the [`DEFAULT_WINDOW`], starting at `start`.
+    pub(crate) fn with_default_window(start: Instant) -> Self {
+        const NANOS: u64 = DEFAULT_WINDOW.as_secs() * 1_000_000_000;
+        Self::with_nanos(NANOS, start)
+    }
+
+    /// An empty core with the same window, starting at `start`.
+    pub(crate) fn fresh(&self, start: Instant) -> Self {
+        Self::with_nanos(self.window_ns, start)
+    }
+
+    /// `window_ns` must be non-zero.
+    fn with_nanos(window_ns: u64, start: Instant) -> Self {
+        Self {
+            start,
+            window_ns,
+            bucket_ns: window_ns.div_ceil(BUCKETS).max(1),
+            last_ns: 0,
+            level: 0,
+            buckets: [Bucket::default(); SLOTS],
+        }
+    }
+
+    pub(crate) fn window(&self) -> Duration {
+        Duration::from_nanos(self.window_ns)
+    }
+
+    pub(crate) fn level(&self) -> usize {
+        self.level
+    }
+
+    /// `now` as an offset, clamped so that time never runs backwards.
+    fn offset(&self, now: Instant) -> u64 {
+        let ns = now.saturating_duration_since(self.start).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX).max(self.last_ns)
+    }
+
+    /// Accounts the current level from the last event up to `now_ns`.
+    fn advance(&mut self, now_ns: u64) {
+        let (from, bl) = (self.last_ns, self.bucket_ns);
+        if now_ns <= from {
+            return;
+        }
+        let level = self.level as u128;
+        let (cur, target) = (from / bl, now_ns / bl);
+        let cur_end = if cur == target {
+            now_ns
+        } else {
+            (cur + 1).saturating_mul(bl)
+        };
+        let bucket = &mut self.buckets[slot(cur)];
+        bucket.integral = bucket
+            .integral
+            .saturating_add(level.saturating_mul(u128::from(cur_end - from)));
+        if cur != target {
+            // Buckets entered now start with the current level as their tail.
+            let first = (cur + 1).max(target.saturating_sub(BUCKETS));
+            for index in first..=target {
+                let bucket_start = index.saturating_mul(bl);
+                let spent = if index == target {
+                    now_ns - bucket_start
+                } else {
+                    bl
+                };
+                self.buckets[slot(index)] = Bucket {
+                    integral: level.saturating_mul(u128::from(spent)),
+                    tail_start: bucket_start,
+                    tail_level: self.level,
+                };
+            }
+        }
+        self.last_ns = now_ns;
+    }
+
+    pub(crate) fn add_at(&mut self, now: Instant, delta: isize) {
+        let now_ns = self.offset(now);
+        self.advance(now_ns);
+        self.level = if delta < 0 {
+            self.level.saturating_sub(delta.unsigned_abs())
+        } else {
+            self.level.saturating_add(delta.unsigned_abs())
+        };
+        let bucket = &mut self.buckets[slot(now_ns / self.bucket_ns)];
+        bucket.tail_start = now_ns;
+        bucket.tail_level = self.level;
+    }
+
+    pub(crate) fn average_at(&self, now: Instant) -> f64 {
+        let mut copy = *self;
+        copy.advance(self.offset(now));
+        copy.average_at_last()
+    }
+
+    fn average_at_last(&self) -> f64 {
+        let (now_ns, bl) = (self.last_ns, self.bucket_ns);
+        if now_ns == 0 {
+            return 0.0;
+        }
+        if now_ns <= self.window_ns {
+            // No bucket has been reused yet; unused ones are zero.
+            let total = self
+                .buckets
+                .iter()
+                .fold(0u128, |a, b| a.saturating_add(b.integral));
+            return total as f64 / now_ns as f64;
+        }
+        let window_start = now_ns - self.window_ns;
+        let (oldest, cur) = (window_start / bl, now_ns / bl);
+        let full = (oldest + 1..=cur).fold(0u128, |a, b| {
+            a.saturating_add(self.buckets[slot(b)].integral)
+        });
+        (full as f64 + self.oldest_part(oldest, window_start)) / self.window_ns as f64
+    }
+
+    /// The integral of the oldest bucket from `window_start` to its end: exact
+    /// after its last change, pro-rated before it.
+    fn oldest_part(&self, index: u64, window_start: u64) -> f64 {
+        let bucket = self.buckets[slot(index)];
+        let bucket_start = index.saturating_mul(self.bucket_ns);
+        let end = bucket_start.saturating_add(self.bucket_ns);
+        let tail_start = bucket.tail_start.clamp(bucket_start, end);
+        let tail_level = bucket.tail_level as u128;
+        if window_start >= tail_start {
+            return tail_level.saturating_mul(u128::from(end - window_start)) as f64;
+        }
+        let tail = tail_level.saturating_mul(u128::from(end - tail_start));
+        let head = bucket.integral.saturating_sub(tail) as f64;
+        let head_inside = (tail_start - window_start) as f64 / (tail_start - bucket_start) as f64;
+        tail as f64 + head * head_inside
+    }
+
+    /// True when nothing is held and all activity is older than the window.
+    pub(crate) fn is_idle_at(&self, now: Instant) -> bool {
+        self.level == 0 && self.offset(now) - self.last_ns >= self.window_ns
+    }
+}
+
+/// A thread-safe, time-weighted average of a level (holders + waiters) over a
+/// sliding window.
+///
+/// Every method takes `&self`; share it by reference or inside an [`Arc`].
+/// Each method has an `_at` twin taking an explicit [`Instant`] (for tests and
+/// callers with their own clock); the plain ones use [`Instant::now`]. An
+/// instant earlier than the last event (as can happen across threads) is
+/// treated as the time of the last event. The level saturates at zero, so a
+/// misplaced extra leave cannot make it negative. A poisoned lock is
+/// recovered, never propagated. Updates and reads do not allocate. See the
+/// [module docs](self) for the formula and its precision.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use loopguard::demand::Demand;
+///
+/// let t0 = Instant::now();
+/// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
+/// demand.add_at(t0, 3); // three callers for one second...
+/// demand.add_at(t0 + Duration::from_secs(1), -3); // ...then four idle seconds
+/// let avg = demand.average_at(t0 + Duration::from_secs(5));
+/// assert!((avg - 0.6).abs() < 1e-9);
+/// # Ok::<(), loopguard::demand::InvalidWindow>(())
+/// ```
+pub struct Demand {
+    core: Mutex<DemandCore>,
+}
+
+impl Demand {
+    /// Creates a tracker with the given window, its history starting now.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidWindow`] if `window` is zero or too large to be used.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::new(Duration::from_secs(10))?;
+    /// assert_eq!(demand.average(), 0.0);
+    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// ```
+    pub fn new(window: Duration) -> Result<Self, InvalidWindow> {
+        Self::new_at(window, Instant::now())
+    }
+
+    /// Creates a tracker whose history starts at `start`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidWindow`] if `window` is zero or too large to be used.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let t0 = Instant::now();
+    /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
+    /// assert_eq!(demand.average_at(t0), 0.0);
+    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// ```
+    pub fn new_at(window: Duration, start: Instant) -> Result<Self, InvalidWindow> {
+        Ok(Self {
+            core: Mutex::new(DemandCore::new(window, start)?),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DemandCore> {
+        self.core.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The averaging window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::new(Duration::from_secs(30))?;
+    /// assert_eq!(demand.window(), Duration::from_secs(30));
+    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        self.lock().window()
+    }
+
+    /// Changes the level by `delta` now (positive: callers arrive).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// demand.add(2);
+    /// demand.add(-1);
+    /// assert_eq!(demand.level(), 1);
+    /// ```
+    pub fn add(&self, delta: isize) {
+        self.add_at(Instant::now(), delta);
+    }
+
+    /// Changes the level by `delta` at `now`; the level saturates at zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// demand.add_at(Instant::now(), -1); // misuse: stays at zero
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn add_at(&self, now: Instant, delta: isize) {
+        self.lock().add_at(now, delta);
+    }
+
+    /// The current level (holders + waiters).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// let _guard = demand.enter();
+    /// assert_eq!(demand.level(), 1);
+    /// ```
+    pub fn level(&self) -> usize {
+        self.lock().level()
+    }
+
+    /// The time-weighted average over the window ending now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::demand::Demand;
+    ///
+    /// assert_eq!(Demand::default().average(), 0.0);
+    /// ```
+    pub fn average(&self) -> f64 {
+        self.average_at(Instant::now())
+    }
+
+    /// The time-weighted average over the window ending at `now`. Reading does
+    /// not change the history.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let t0 = Instant::now();
+    /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
+    /// demand.add_at(t0, 1);
+    /// assert_eq!(demand.average_at(t0 + Duration::from_secs(60)), 1.0);
+    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// ```
+    pub fn average_at(&self, now: Instant) -> f64 {
+        let core = *self.lock();
+        core.average_at(now)
+    }
+
+    /// Adds one to the level now; the returned guard removes it when dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// {
+    ///     let _guard = demand.enter();
+    ///     assert_eq!(demand.level(), 1);
+    /// }
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn enter(&self) -> DemandGuard<'_> {
+        self.enter_at(Instant::now())
+    }
+
+    /// Adds one to the level at `now`; see [`enter`](Self::enter).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let t0 = Instant::now();
+    /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
+    /// demand.enter_at(t0).leave_at(t0 + Duration::from_secs(1));
+    /// assert_eq!(demand.average_at(t0 + Duration::from_secs(5)), 0.2);
+    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// ```
+    pub fn enter_at(&self, now: Instant) -> DemandGuard<'_> {
+        self.add_at(now, 1);
+        DemandGuard {
+            demand: self,
+            active: true,
+        }
+    }
+
+    /// Like [`enter`](Self::enter), but the guard owns an `Arc` so it can be
+    /// moved into a task or thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Arc::new(Demand::default());
+    /// let guard = demand.enter_owned();
+    /// std::thread::spawn(move || drop(guard)).join().unwrap();
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn enter_owned(self: &Arc<Self>) -> OwnedDemandGuard {
+        self.enter_owned_at(Instant::now())
+    }
+
+    /// Like [`enter_owned`](Self::enter_owned), at `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Arc::new(Demand::default());
+    /// let guard = demand.enter_owned_at(Instant::now());
+    /// assert_eq!(demand.level(), 1);
+    /// guard.leave_at(Instant::now());
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn enter_owned_at(self: &Arc<Self>, now: Instant) -> OwnedDemandGuard {
+        self.add_at(now, 1);
+        OwnedDemandGuard {
+            demand: Arc::clone(self),
+            active: true,
+        }
+    }
+}
+
+impl Default for Demand {
+    /// A tracker with the [`DEFAULT_WINDOW`] of five seconds, starting now.
+    fn default() -> Self {
+        Self {
+            core: Mutex::new(DemandCore::with_default_window(Instant::now())),
+        }
+    }
+}
+
+impl fmt::Debug for Demand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let core = *self.lock();
+        f.debug_struct("Demand")
+            .field("window", &core.window())
+            .field("level", &core.level())
+            .finish()
+    }
+}
+
+/// Holds one unit of [`Demand`]; dropping it (on release, error, cancellation
+/// or panic) removes that unit. Created by [`Demand::enter`].
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::demand::Demand;
+///
+/// let demand = Demand::default();
+/// let guard = demand.enter();
+/// drop(guard);
+/// assert_eq!(demand.level(), 0);
+/// ```
+#[must_use = "the demand is removed as soon as the guard is dropped"]
+pub struct DemandGuard<'a> {
+    demand: &'a Demand,
+    active: bool,
+}
+
+impl DemandGuard<'_> {
+    /// Removes the unit at `now` instead of at drop time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// demand.enter().leave_at(Instant::now());
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn leave_at(mut self, now: Instant) {
+        self.active = false;
+        self.demand.add_at(now, -1);
+    }
+}
+
+impl Drop for DemandGuard<'_> {
+    fn drop(&mut self) {
+        if self.active {
+            self.demand.add(-1);
+        }
+    }
+}
+
+impl fmt::Debug for DemandGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DemandGuard")
+            .field("demand", self.demand)
+            .finish()
+    }
+}
+
+/// An owned [`DemandGuard`] holding an `Arc<Demand>`; `Send + 'static`.
+/// Created by [`Demand::enter_owned`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use loopguard::demand::Demand;
+///
+/// let demand = Arc::new(Demand::default());
+/// let guard = demand.enter_owned();
+/// assert_eq!(demand.level(), 1);
+/// drop(guard);
+/// assert_eq!(demand.level(), 0);
+/// ```
+#[must_use = "the demand is removed as soon as the guard is dropped"]
+pub struct OwnedDemandGuard {
+    demand: Arc<Demand>,
+    active: bool,
+}
+
+impl OwnedDemandGuard {
+    /// Removes the unit at `now` instead of at drop time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Arc::new(Demand::default());
+    /// demand.enter_owned().leave_at(Instant::now());
+    /// assert_eq!(demand.level(), 0);
+    /// ```
+    pub fn leave_at(mut self, now: Instant) {
+        self.active = false;
+        self.demand.add_at(now, -1);
+    }
+}
+
+impl Drop for OwnedDemandGuard {
+    fn drop(&mut self) {
+        if self.active {
+            self.demand.add(-1);
+        }
+    }
+}
+
+impl fmt::Debug for OwnedDemandGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedDemandGuard")
+            .field("demand", &*self.demand)
+            .finish()
+    }
+}

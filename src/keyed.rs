@@ -1,0 +1,967 @@
+//! Per-key admission: a small gate per key (a repository, a tenant, a target),
+//! so that a busy key turns callers away, or queues them, without touching
+//! any other key.
+//!
+//! - [`KeyedGate::try_acquire`] is the reject-when-busy path. The decision is
+//!   taken under one lock, so two simultaneous callers can never both see an
+//!   idle key. A key with queued waiters counts as busy (waiters are not
+//!   starved), and a rejection queues nothing, reserves nothing and adds no
+//!   demand.
+//! - [`KeyedGate::acquire`] waits for the key, first come first served among
+//!   the waiters of that key.
+//! - A [`KeyPermit`] frees its slot when dropped, so every way an admitted
+//!   caller ends (return, error, panic unwinding, its future being dropped)
+//!   frees the key. A freed slot goes straight to the oldest waiter.
+//!
+//! Each key tracks its time-weighted [demand](crate::demand) (holders plus
+//! waiters, over the gate's window).
+//!
+//! # Idle keys cost nothing
+//!
+//! A key's entry is removed once it has no holders and no waiters and its
+//! demand history is entirely older than the window (its average has decayed
+//! to zero). Removal is lazy: when an operation adds a new key, idle entries
+//! are swept, at most once per window; [`KeyedGate::prune`],
+//! [`KeyedGate::demands`] and [`KeyedGate::publish_metrics`] sweep too. The
+//! map therefore holds at most the keys used in about the last two windows,
+//! however many one-off keys pass through.
+//!
+//! # Metrics
+//!
+//! The gate only emits through the `metrics` facade:
+//! [`KEYED_REJECTED_TOTAL`] (counter, `gate` label) on each rejection, and
+//! [`KEYED_DEMAND_AVG`] (gauge, `gate` and `key` labels), which is updated on
+//! read: call [`KeyedGate::publish_metrics`] before each scrape. The counter
+//! handle is obtained once, when the gate is built, so install the recorder
+//! before building gates.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::mem;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::demand::{DemandCore, InvalidWindow, DEFAULT_WINDOW};
+use crate::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+
+/// Per-key admission with reject-when-busy and FIFO waiting; see the
+/// [module docs](self).
+///
+/// A cheap, cloneable handle (`Send + Sync`); clones share the same gate.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::keyed::KeyedGate;
+///
+/// # futures_lite::future::block_on(async {
+/// let gate = KeyedGate::new("repos");
+/// let permit = gate.acquire("backend").await;
+/// assert!(gate.try_acquire("backend").is_err()); // busy
+/// assert!(gate.try_acquire("frontend").is_ok()); // other keys unaffected
+/// drop(permit);
+/// assert!(gate.try_acquire("backend").is_ok());
+/// # });
+/// ```
+pub struct KeyedGate<K> {
+    inner: Arc<Inner<K>>,
+}
+
+struct Inner<K> {
+    name: Arc<str>,
+    capacity: usize,
+    overrides: HashMap<K, usize>,
+    /// An empty demand history with the gate's window; cloned per key.
+    proto: DemandCore,
+    created: Instant,
+    rejected: AtomicU64,
+    rejected_counter: metrics::Counter,
+    state: Mutex<State<K>>,
+}
+
+struct State<K> {
+    entries: HashMap<K, Entry>,
+    next_id: u64,
+    next_sweep: Option<Instant>,
+    /// Removed keys whose published gauge was not zero.
+    unpublish: Vec<K>,
+}
+
+struct Entry {
+    capacity: usize,
+    /// Holders, including granted waiters that have not been polled yet.
+    in_use: usize,
+    /// The first `granted` waiters have been handed a slot.
+    granted: usize,
+    waiters: VecDeque<Waiter>,
+    demand: DemandCore,
+    published: f64,
+}
+
+struct Waiter {
+    id: u64,
+    waker: Waker,
+}
+
+impl Entry {
+    fn admits_now(&self) -> bool {
+        self.waiters.len() == self.granted && self.in_use < self.capacity
+    }
+
+    /// Frees one slot: to the oldest waiter (whose waker is returned), or back to the key.
+    fn release_slot(&mut self) -> Option<Waker> {
+        match self.waiters.get_mut(self.granted) {
+            Some(waiter) => {
+                self.granted += 1;
+                Some(mem::replace(&mut waiter.waker, Waker::noop().clone()))
+            }
+            None => {
+                self.in_use = self.in_use.saturating_sub(1);
+                None
+            }
+        }
+    }
+
+    fn removable_at(&self, now: Instant) -> bool {
+        self.in_use == 0 && self.waiters.is_empty() && self.demand.is_idle_at(now)
+    }
+}
+
+impl<K: Hash + Eq> Inner<K> {
+    fn lock(&self) -> MutexGuard<'_, State<K>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn release(&self, key: &K) {
+        let waker = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            state.entries.get_mut(key).and_then(|entry| {
+                entry.demand.add_at(now, -1);
+                entry.release_slot()
+            })
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Removes the waiter `id` of `key`; a slot already handed to it moves on.
+    fn cancel(&self, key: &K, id: u64) {
+        let waker = {
+            let mut state = self.lock();
+            let now = Instant::now();
+            let Some(entry) = state.entries.get_mut(key) else {
+                return;
+            };
+            let Some(index) = entry.waiters.iter().position(|w| w.id == id) else {
+                return;
+            };
+            entry.waiters.remove(index);
+            entry.demand.add_at(now, -1);
+            if index < entry.granted {
+                entry.granted -= 1;
+                entry.release_slot()
+            } else {
+                None
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Inner<K> {
+    fn new_entry(&self, key: &K, now: Instant) -> Entry {
+        // A new or re-created key was idle since the gate started (or for a full window).
+        let start = now
+            .checked_sub(self.proto.window())
+            .map_or(self.created, |s| s.max(self.created));
+        Entry {
+            capacity: self.overrides.get(key).copied().unwrap_or(self.capacity),
+            in_use: 0,
+            granted: 0,
+            waiters: VecDeque::new(),
+            demand: self.proto.fresh(start),
+            published: 0.0,
+        }
+    }
+
+    /// Makes sure `key` has an entry, sweeping idle ones first if it is new and a sweep is due.
+    fn ensure_entry<'s>(&self, state: &'s mut State<K>, key: &K, now: Instant) -> &'s mut Entry {
+        if !state.entries.contains_key(key) && state.next_sweep.is_some_and(|at| now >= at) {
+            self.sweep(state, now);
+        }
+        state
+            .entries
+            .entry(key.clone())
+            .or_insert_with(|| self.new_entry(key, now))
+    }
+
+    fn sweep(&self, state: &mut State<K>, now: Instant) {
+        let State {
+            entries,
+            unpublish,
+            next_sweep,
+            ..
+        } = state;
+        entries.retain(|key, entry| {
+            let remove = entry.removable_at(now);
+            if remove && entry.published > 0.0 {
+                unpublish.push(key.clone());
+            }
+            !remove
+        });
+        *next_sweep = now.checked_add(self.proto.window());
+    }
+}
+
+impl<K> Clone for KeyedGate<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
+    /// A gate named `name` (the `gate` metric label) with one slot per key and
+    /// a five-second demand window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// let gate: KeyedGate<String> = KeyedGate::new("tenants");
+    /// assert_eq!(gate.name(), "tenants");
+    /// ```
+    pub fn new(name: &str) -> Self {
+        Self::from_parts(
+            name,
+            1,
+            HashMap::new(),
+            DemandCore::with_default_window(Instant::now()),
+        )
+    }
+
+    /// A builder to set the per-key capacity, overrides and demand window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// let gate = KeyedGate::builder("repos")
+    ///     .capacity(2)
+    ///     .capacity_for("monorepo", 4)
+    ///     .window(Duration::from_secs(30))
+    ///     .build()?;
+    /// let _a = gate.try_acquire("small")?;
+    /// let _b = gate.try_acquire("small")?;
+    /// assert!(gate.try_acquire("small").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(name: &str) -> KeyedGateBuilder<K> {
+        KeyedGateBuilder {
+            name: name.to_owned(),
+            capacity: 1,
+            overrides: HashMap::new(),
+            window: DEFAULT_WINDOW,
+        }
+    }
+
+    fn from_parts(
+        name: &str,
+        capacity: usize,
+        overrides: HashMap<K, usize>,
+        proto: DemandCore,
+    ) -> Self {
+        let name: Arc<str> = Arc::from(name);
+        let rejected_counter =
+            metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name));
+        let created = Instant::now();
+        Self {
+            inner: Arc::new(Inner {
+                name,
+                capacity,
+                overrides,
+                proto,
+                created,
+                rejected: AtomicU64::new(0),
+                rejected_counter,
+                state: Mutex::new(State {
+                    entries: HashMap::new(),
+                    next_id: 0,
+                    next_sweep: created.checked_add(proto.window()),
+                    unpublish: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    /// The gate's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("shards");
+    /// assert_eq!(gate.name(), "shards");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Takes a slot of `key` if one is free right now, or fails at once.
+    ///
+    /// Atomic: of any number of simultaneous callers on an idle single-slot
+    /// key, exactly one is admitted. A key with queued waiters is busy. A
+    /// rejection counts in [`rejected`](Self::rejected), adds no demand,
+    /// queues and reserves nothing, does not allocate, and hands the key back.
+    ///
+    /// # Errors
+    ///
+    /// [`Busy`] if every slot of the key is taken or callers are waiting for it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// let gate = KeyedGate::new("repos");
+    /// let permit = gate.try_acquire("backend").unwrap();
+    /// let busy = gate.try_acquire("backend").unwrap_err();
+    /// assert_eq!(busy.into_key(), "backend");
+    /// assert_eq!(gate.rejected(), 1);
+    /// drop(permit);
+    /// ```
+    pub fn try_acquire(&self, key: K) -> Result<KeyPermit<K>, Busy<K>> {
+        let inner = &*self.inner;
+        let mut state = inner.lock();
+        let now = Instant::now();
+        match state.entries.get_mut(&key) {
+            Some(entry) if !entry.admits_now() => {
+                drop(state);
+                inner.rejected.fetch_add(1, Ordering::Relaxed);
+                inner.rejected_counter.increment(1);
+                return Err(Busy { key });
+            }
+            Some(entry) => {
+                entry.in_use += 1;
+                entry.demand.add_at(now, 1);
+            }
+            None => {
+                let entry = inner.ensure_entry(&mut state, &key, now);
+                entry.in_use += 1;
+                entry.demand.add_at(now, 1);
+            }
+        }
+        drop(state);
+        Ok(KeyPermit {
+            gate: self.clone(),
+            key,
+        })
+    }
+
+    /// Waits for a slot of `key`, first come first served among its waiters.
+    /// The caller counts as demand while waiting and while holding.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves no trace: it leaves the
+    /// queue, and a slot handed to it just before the drop passes on to the
+    /// next waiter (or back to the key).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// let gate = KeyedGate::new("repos");
+    /// let permit = gate.acquire("backend").await;
+    /// assert_eq!(gate.in_use(&"backend"), 1);
+    /// drop(permit);
+    /// assert_eq!(gate.in_use(&"backend"), 0);
+    /// # });
+    /// ```
+    pub fn acquire(&self, key: K) -> Acquire<K> {
+        Acquire {
+            gate: self.clone(),
+            key: Some(key),
+            state: AcquireState::Start,
+        }
+    }
+
+    /// The key's time-weighted demand over the window ending now (0 for an
+    /// unknown key).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// assert_eq!(gate.demand(&"backend"), 0.0);
+    /// ```
+    pub fn demand(&self, key: &K) -> f64 {
+        self.demand_at(key, Instant::now())
+    }
+
+    /// The key's time-weighted demand over the window ending at `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// let gate = KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire("backend").unwrap();
+    /// let later = Instant::now() + Duration::from_secs(10);
+    /// assert_eq!(gate.demand_at(&"backend", later), 1.0);
+    /// ```
+    pub fn demand_at(&self, key: &K, now: Instant) -> f64 {
+        let state = self.inner.lock();
+        state
+            .entries
+            .get(key)
+            .map_or(0.0, |entry| entry.demand.average_at(now))
+    }
+
+    /// Every tracked key with its demand now, after sweeping idle keys.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire("backend").unwrap();
+    /// let demands = gate.demands();
+    /// assert_eq!(demands.len(), 1);
+    /// assert_eq!(demands[0].0, "backend");
+    /// ```
+    pub fn demands(&self) -> Vec<(K, f64)> {
+        let now = Instant::now();
+        let mut state = self.inner.lock();
+        self.inner.sweep(&mut state, now);
+        state
+            .entries
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.demand.average_at(now)))
+            .collect()
+    }
+
+    /// Slots of `key` currently held (including ones handed to a waiter that
+    /// has not resumed yet).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire(7).unwrap();
+    /// assert_eq!(gate.in_use(&7), 1);
+    /// assert_eq!(gate.in_use(&8), 0);
+    /// ```
+    pub fn in_use(&self, key: &K) -> usize {
+        self.inner
+            .lock()
+            .entries
+            .get(key)
+            .map_or(0, |entry| entry.in_use)
+    }
+
+    /// Callers of [`acquire`](Self::acquire) queued for `key`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// use futures_lite::future;
+    ///
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire(1).unwrap();
+    /// let mut waiter = gate.acquire(1);
+    /// assert!(future::poll_once(&mut waiter).await.is_none());
+    /// assert_eq!(gate.waiting(&1), 1);
+    /// # });
+    /// ```
+    pub fn waiting(&self, key: &K) -> usize {
+        let state = self.inner.lock();
+        state
+            .entries
+            .get(key)
+            .map_or(0, |entry| entry.waiters.len() - entry.granted)
+    }
+
+    /// How many [`try_acquire`](Self::try_acquire) calls were rejected.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire(1).unwrap();
+    /// let _ = gate.try_acquire(1);
+    /// assert_eq!(gate.rejected(), 1);
+    /// ```
+    pub fn rejected(&self) -> u64 {
+        self.inner.rejected.load(Ordering::Relaxed)
+    }
+
+    /// How many keys have an entry (held, waited for, or with recent demand).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// drop(gate.try_acquire("once").unwrap());
+    /// assert_eq!(gate.tracked_keys(), 1); // its demand is still recent
+    /// ```
+    pub fn tracked_keys(&self) -> usize {
+        self.inner.lock().entries.len()
+    }
+
+    /// Removes idle keys now; see the [module docs](self).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// drop(gate.try_acquire("once").unwrap());
+    /// gate.prune(); // too recent: kept
+    /// assert_eq!(gate.tracked_keys(), 1);
+    /// ```
+    pub fn prune(&self) {
+        self.prune_at(Instant::now());
+    }
+
+    /// Removes the keys that are idle as of `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// drop(gate.try_acquire("once").unwrap());
+    /// gate.prune_at(Instant::now() + Duration::from_secs(5));
+    /// assert_eq!(gate.tracked_keys(), 0);
+    /// ```
+    pub fn prune_at(&self, now: Instant) {
+        let mut state = self.inner.lock();
+        self.inner.sweep(&mut state, now);
+    }
+
+    /// Sets the [`KEYED_DEMAND_AVG`] gauge of every tracked key to its demand
+    /// now (and to 0 for keys removed since the last call). The gauge is
+    /// updated on read: call this before each scrape.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire("backend").unwrap();
+    /// gate.publish_metrics(); // a no-op without an installed recorder
+    /// ```
+    pub fn publish_metrics(&self)
+    where
+        K: fmt::Display,
+    {
+        let (values, removed) = {
+            let now = Instant::now();
+            let mut state = self.inner.lock();
+            self.inner.sweep(&mut state, now);
+            let values: Vec<(K, f64)> = (state.entries.iter_mut())
+                .map(|(key, entry)| {
+                    entry.published = entry.demand.average_at(now);
+                    (key.clone(), entry.published)
+                })
+                .collect();
+            (values, mem::take(&mut state.unpublish))
+        };
+        let zeros = removed.into_iter().map(|key| (key, 0.0));
+        for (key, value) in values.into_iter().chain(zeros) {
+            let gate = Arc::clone(&self.inner.name);
+            metrics::gauge!(KEYED_DEMAND_AVG, LABEL_GATE => gate, LABEL_KEY => key.to_string())
+                .set(value);
+        }
+    }
+}
+
+impl<K> fmt::Debug for KeyedGate<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entries
+            .len();
+        f.debug_struct("KeyedGate")
+            .field("name", &self.inner.name)
+            .field("capacity", &self.inner.capacity)
+            .field("window", &self.inner.proto.window())
+            .field("tracked_keys", &keys)
+            .field("rejected", &self.inner.rejected.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Configures a [`KeyedGate`]; made by [`KeyedGate::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::keyed::{ConfigError, KeyedGate};
+///
+/// let err = KeyedGate::<u32>::builder("repos").capacity(0).build().unwrap_err();
+/// assert_eq!(err, ConfigError::ZeroCapacity);
+/// ```
+pub struct KeyedGateBuilder<K> {
+    name: String,
+    capacity: usize,
+    overrides: HashMap<K, usize>,
+    window: Duration,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
+    /// Slots per key (default 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::builder("repos").capacity(3).build()?;
+    /// # let _: &loopguard::keyed::KeyedGate<u8> = &gate;
+    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// ```
+    pub fn capacity(mut self, slots: usize) -> Self {
+        self.capacity = slots;
+        self
+    }
+
+    /// Slots for one particular key, overriding [`capacity`](Self::capacity).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::builder("repos").capacity_for("big", 2).build()?;
+    /// let _a = gate.try_acquire("big").unwrap();
+    /// assert!(gate.try_acquire("big").is_ok());
+    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// ```
+    pub fn capacity_for(mut self, key: K, slots: usize) -> Self {
+        self.overrides.insert(key, slots);
+        self
+    }
+
+    /// The demand averaging window (default five seconds).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let gate = loopguard::keyed::KeyedGate::<u8>::builder("repos")
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// ```
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Builds the gate.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if a capacity is zero or the window is invalid.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::keyed::KeyedGate;
+    ///
+    /// assert!(KeyedGate::<u8>::builder("repos").window(Duration::ZERO).build().is_err());
+    /// ```
+    pub fn build(self) -> Result<KeyedGate<K>, ConfigError> {
+        if self.capacity == 0 || self.overrides.values().any(|&slots| slots == 0) {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        let proto = DemandCore::new(self.window, Instant::now()).map_err(ConfigError::Window)?;
+        Ok(KeyedGate::from_parts(
+            &self.name,
+            self.capacity,
+            self.overrides,
+            proto,
+        ))
+    }
+}
+
+impl<K> fmt::Debug for KeyedGateBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedGateBuilder")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("overrides", &self.overrides.len())
+            .field("window", &self.window)
+            .finish()
+    }
+}
+
+/// An invalid [`KeyedGate`] configuration.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::keyed::{ConfigError, KeyedGate};
+///
+/// let err = KeyedGate::<u8>::builder("repos").capacity(0).build().unwrap_err();
+/// assert_eq!(err.to_string(), "key capacity must be at least one");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A per-key capacity (default or override) was zero.
+    ZeroCapacity,
+    /// The demand window was zero or too large.
+    Window(InvalidWindow),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroCapacity => f.write_str("key capacity must be at least one"),
+            Self::Window(err) => err.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
+///
+/// # Examples
+///
+/// ```
+/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let _permit = gate.try_acquire("backend").unwrap();
+/// let busy = gate.try_acquire("backend").unwrap_err();
+/// assert_eq!(busy.to_string(), "key is busy");
+/// ```
+pub struct Busy<K> {
+    key: K,
+}
+
+impl<K> Busy<K> {
+    /// The key that was busy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire("backend").unwrap();
+    /// assert_eq!(*gate.try_acquire("backend").unwrap_err().key(), "backend");
+    /// ```
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// Hands the key back, e.g. to wait for it with [`KeyedGate::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let _permit = gate.try_acquire(String::from("backend")).unwrap();
+    /// let key: String = gate.try_acquire("backend".into()).unwrap_err().into_key();
+    /// assert_eq!(key, "backend");
+    /// ```
+    pub fn into_key(self) -> K {
+        self.key
+    }
+}
+
+impl<K> fmt::Debug for Busy<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Busy").finish_non_exhaustive()
+    }
+}
+
+impl<K> fmt::Display for Busy<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("key is busy")
+    }
+}
+
+impl<K> std::error::Error for Busy<K> {}
+
+/// A held slot of one key; dropping it frees the slot, handing it to the
+/// oldest waiter if there is one.
+///
+/// # Examples
+///
+/// ```
+/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let permit = gate.try_acquire("backend").unwrap();
+/// assert_eq!(*permit.key(), "backend");
+/// drop(permit);
+/// assert_eq!(gate.in_use(&"backend"), 0);
+/// ```
+#[must_use = "the key is freed as soon as the permit is dropped"]
+pub struct KeyPermit<K: Hash + Eq> {
+    gate: KeyedGate<K>,
+    key: K,
+}
+
+impl<K: Hash + Eq> KeyPermit<K> {
+    /// The key this permit holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// assert_eq!(*gate.try_acquire(5).unwrap().key(), 5);
+    /// ```
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+}
+
+impl<K: Hash + Eq> Drop for KeyPermit<K> {
+    fn drop(&mut self) {
+        self.gate.inner.release(&self.key);
+    }
+}
+
+impl<K: Hash + Eq> fmt::Debug for KeyPermit<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyPermit")
+            .field("gate", &self.gate.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The future returned by [`KeyedGate::acquire`].
+///
+/// # Cancel safety
+///
+/// Dropping it while it waits removes it from the queue; a slot handed to it
+/// just before the drop passes to the next waiter.
+///
+/// # Panics
+///
+/// Polling it again after it returned the permit panics.
+///
+/// # Examples
+///
+/// ```
+/// # futures_lite::future::block_on(async {
+/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let acquire = gate.acquire("backend");
+/// let permit = acquire.await;
+/// # drop(permit);
+/// # });
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<K: Hash + Eq> {
+    gate: KeyedGate<K>,
+    key: Option<K>,
+    state: AcquireState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AcquireState {
+    Start,
+    Waiting(u64),
+    Done,
+}
+
+// No field is structurally pinned.
+impl<K: Hash + Eq> Unpin for Acquire<K> {}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
+    /// Tries to take or wait for the slot under the lock; true once admitted.
+    fn poll_admission(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(key) = self.key.as_ref() else {
+            panic!("`Acquire` polled after it completed");
+        };
+        let inner = &*self.gate.inner;
+        let mut state = inner.lock();
+        let now = Instant::now();
+        if let AcquireState::Waiting(id) = self.state {
+            let entry = state.entries.get_mut(key);
+            let found =
+                entry.and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
+            if let Some((entry, index)) = found {
+                if index < entry.granted {
+                    entry.waiters.remove(index);
+                    entry.granted -= 1;
+                    return true;
+                }
+                let waiter = &mut entry.waiters[index];
+                if !waiter.waker.will_wake(cx.waker()) {
+                    waiter.waker = cx.waker().clone();
+                }
+                return false;
+            }
+            // Not queued (cannot happen while waiting): start over rather than hang.
+            self.state = AcquireState::Start;
+        }
+        let id = state.next_id;
+        state.next_id = id.wrapping_add(1);
+        let entry = inner.ensure_entry(&mut state, key, now);
+        entry.demand.add_at(now, 1);
+        if entry.admits_now() {
+            entry.in_use += 1;
+            return true;
+        }
+        entry.waiters.push_back(Waiter {
+            id,
+            waker: cx.waker().clone(),
+        });
+        self.state = AcquireState::Waiting(id);
+        false
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Future for Acquire<K> {
+    type Output = KeyPermit<K>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if !this.poll_admission(cx) {
+            return Poll::Pending;
+        }
+        this.state = AcquireState::Done;
+        match this.key.take() {
+            Some(key) => Poll::Ready(KeyPermit {
+                gate: this.gate.clone(),
+                key,
+            }),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<K: Hash + Eq> Drop for Acquire<K> {
+    fn drop(&mut self) {
+        if let (AcquireState::Waiting(id), Some(key)) = (self.state, &self.key) {
+            self.gate.inner.cancel(key, id);
+        }
+    }
+}
+
+impl<K: Hash + Eq> fmt::Debug for Acquire<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Acquire")
+            .field("gate", &self.gate.inner.name)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}

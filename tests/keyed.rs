@@ -1,0 +1,289 @@
+//! `KeyedGate` with real threads, explicit synchronization and explicit instants.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::assert_close;
+use futures_lite::future;
+use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
+use loopguard::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
+
+#[test]
+fn simultaneous_rejecting_callers_admit_exactly_one() {
+    const THREADS: usize = 64;
+    let gate: KeyedGate<&'static str> = KeyedGate::new("race");
+    for round in 0..100 {
+        let start = Barrier::new(THREADS);
+        let decided = Barrier::new(THREADS);
+        let admitted: usize = thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        let result = gate.try_acquire("repo");
+                        decided.wait(); // hold any permit until everyone has tried
+                        result.is_ok()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| usize::from(h.join().unwrap()))
+                .sum()
+        });
+        assert_eq!(admitted, 1, "round {round}");
+        assert_eq!(gate.in_use(&"repo"), 0);
+        assert_eq!(gate.waiting(&"repo"), 0);
+    }
+    assert_eq!(gate.rejected(), 100 * (THREADS as u64 - 1));
+}
+
+#[test]
+fn busy_key_rejects_at_once_while_other_keys_admit() {
+    let gate = KeyedGate::new("repos");
+    let backend = gate.try_acquire("backend").unwrap();
+    let busy: Busy<&str> = gate.try_acquire("backend").unwrap_err();
+    assert_eq!(*busy.key(), "backend");
+    assert_eq!(busy.to_string(), "key is busy");
+    let frontend = gate.try_acquire("frontend").unwrap();
+    assert_eq!((gate.in_use(&"backend"), gate.in_use(&"frontend")), (1, 1));
+    assert_eq!(gate.rejected(), 1);
+    drop((backend, frontend));
+    assert!(gate.try_acquire("backend").is_ok());
+}
+
+#[test]
+fn threads_waiting_on_a_busy_key_proceed_in_order() {
+    const WAITERS: usize = 8;
+    let gate = KeyedGate::new("fifo");
+    let holder = gate.try_acquire(1u32).unwrap();
+    let (order_tx, order_rx) = mpsc::channel();
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let (waiter_gate, order_tx) = (gate.clone(), order_tx.clone());
+            s.spawn(move || {
+                let permit = future::block_on(waiter_gate.acquire(1));
+                order_tx.send(i).unwrap(); // sent while still holding the key
+                drop(permit);
+            });
+            // Enqueue in a known order: wait until waiter i is queued.
+            while gate.waiting(&1) != i + 1 {
+                thread::yield_now();
+            }
+        }
+        drop(holder);
+    });
+    let order: Vec<usize> = order_rx.try_iter().collect();
+    assert_eq!(order, (0..WAITERS).collect::<Vec<_>>());
+    assert_eq!(gate.in_use(&1), 0);
+}
+
+#[test]
+fn demand_counts_holders_and_waiters_but_not_rejections() {
+    let gate = KeyedGate::new("demand");
+    let holder = gate.try_acquire("k").unwrap();
+    for _ in 0..10 {
+        assert!(gate.try_acquire("k").is_err());
+    }
+    let later = Instant::now() + Duration::from_secs(10);
+    assert_close(gate.demand_at(&"k", later), 1.0);
+
+    let mut waiter_a = gate.acquire("k");
+    let mut waiter_b = gate.acquire("k");
+    assert!(future::block_on(future::poll_once(&mut waiter_a)).is_none());
+    assert!(future::block_on(future::poll_once(&mut waiter_b)).is_none());
+    assert_close(gate.demand_at(&"k", later + Duration::from_secs(10)), 3.0);
+    assert_eq!(gate.demand(&"other"), 0.0);
+    assert_eq!(gate.demands().len(), 1);
+    drop((holder, waiter_a, waiter_b));
+}
+
+#[test]
+fn idle_keys_are_pruned_after_the_window() {
+    let gate = KeyedGate::new("prune");
+    for key in 0..100u32 {
+        drop(gate.try_acquire(key).unwrap());
+    }
+    let held = gate.try_acquire(1000).unwrap();
+    assert_eq!(gate.tracked_keys(), 101);
+    let after_window = Instant::now() + Duration::from_secs(5);
+    gate.prune_at(after_window);
+    assert_eq!(gate.tracked_keys(), 1, "held keys stay");
+    drop(held);
+    gate.prune_at(after_window + Duration::from_secs(5));
+    assert_eq!(gate.tracked_keys(), 0);
+}
+
+#[test]
+fn one_off_keys_are_swept_lazily() {
+    let window = Duration::from_millis(1);
+    let gate = KeyedGate::builder("lazy").window(window).build().unwrap();
+    for key in 0..50u32 {
+        drop(gate.try_acquire(key).unwrap());
+    }
+    let quiet_from = Instant::now();
+    // Wait on the clock (not to order events): let the window pass.
+    while quiet_from.elapsed() <= 2 * window {
+        std::hint::spin_loop();
+    }
+    drop(gate.try_acquire(999).unwrap()); // a new key triggers the sweep
+    assert_eq!(gate.tracked_keys(), 1);
+}
+
+#[test]
+fn capacity_overrides_and_hand_off_with_several_slots() {
+    let gate = KeyedGate::builder("cap")
+        .capacity(2)
+        .capacity_for("solo", 1)
+        .build()
+        .unwrap();
+    let solo = gate.try_acquire("solo").unwrap();
+    assert!(gate.try_acquire("solo").is_err());
+    drop(solo);
+
+    let a = gate.try_acquire("pair").unwrap();
+    let b = gate.try_acquire("pair").unwrap();
+    let mut c = gate.acquire("pair");
+    assert!(future::block_on(future::poll_once(&mut c)).is_none());
+    drop(a); // handed to c, which has not resumed yet
+    assert_eq!((gate.in_use(&"pair"), gate.waiting(&"pair")), (2, 0));
+    drop(b); // nobody is waiting: the slot returns to the key
+    let d = gate.try_acquire("pair").expect("a slot is free");
+    let c = future::block_on(c);
+    assert_eq!(gate.in_use(&"pair"), 2);
+    drop((c, d));
+    assert_eq!(gate.in_use(&"pair"), 0);
+}
+
+#[test]
+fn bad_configuration_is_an_error() {
+    let zero = KeyedGate::<u8>::builder("x")
+        .capacity(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(zero, ConfigError::ZeroCapacity);
+    let zero_override = KeyedGate::builder("x")
+        .capacity_for(1u8, 0)
+        .build()
+        .unwrap_err();
+    assert_eq!(zero_override, ConfigError::ZeroCapacity);
+    let window = KeyedGate::<u8>::builder("x")
+        .window(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        window.to_string(),
+        "demand window must be greater than zero"
+    );
+}
+
+#[test]
+fn auto_traits_and_debug() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<KeyedGate<String>>();
+    send_sync::<KeyPermit<String>>();
+    send_sync::<Acquire<String>>();
+    send_sync::<Busy<String>>();
+    let gate = KeyedGate::new("dbg");
+    let permit = gate.try_acquire(1u8).unwrap();
+    let acquire = gate.acquire(1);
+    for text in [
+        format!("{gate:?}"),
+        format!("{permit:?}"),
+        format!("{acquire:?}"),
+        format!("{:?}", gate.try_acquire(1).unwrap_err()),
+        format!("{:?}", KeyedGate::<u8>::builder("b")),
+    ] {
+        assert!(!text.is_empty());
+    }
+}
+
+/// A minimal recorder keeping every counter and gauge in a map keyed by
+/// `name{labels}`.
+#[derive(Default)]
+struct MapRecorder {
+    values: Mutex<HashMap<String, Arc<AtomicU64>>>,
+}
+
+impl MapRecorder {
+    fn handle(&self, key: &metrics::Key) -> Arc<AtomicU64> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let id = format!("{}{{{}}}", key.name(), labels.join(","));
+        Arc::clone(self.values.lock().unwrap().entry(id).or_default())
+    }
+
+    fn get(&self, id: &str) -> Option<u64> {
+        let values = self.values.lock().unwrap();
+        values
+            .get(id)
+            .map(|v| v.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl metrics::Recorder for MapRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(self.handle(key))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.handle(key))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn metrics_are_emitted_through_the_facade() {
+    let recorder = MapRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let gate = KeyedGate::new("repos");
+        let permit = gate.try_acquire("backend").unwrap();
+        assert!(gate.try_acquire("backend").is_err());
+        assert!(gate.try_acquire("backend").is_err());
+        gate.publish_metrics();
+        let gauge = format!("{KEYED_DEMAND_AVG}{{gate=repos,key=backend}}");
+        let value = f64::from_bits(recorder.get(&gauge).expect("gauge published"));
+        assert!(value > 0.0 && value <= 1.0, "{value}");
+        // Once the key is pruned, the next publication resets its gauge.
+        drop(permit);
+        gate.prune_at(Instant::now() + Duration::from_secs(10));
+        assert_eq!(gate.tracked_keys(), 0);
+        gate.publish_metrics();
+        assert_eq!(recorder.get(&gauge), Some(0.0f64.to_bits()));
+    });
+    let rejected = format!("{KEYED_REJECTED_TOTAL}{{gate=repos}}");
+    assert_eq!(recorder.get(&rejected), Some(2));
+}
