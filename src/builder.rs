@@ -3,6 +3,7 @@
 use std::io;
 use std::time::Duration;
 
+use crate::demand::{Demand, InvalidWindow, DEFAULT_WINDOW};
 use crate::gate::MAX_CAPACITY;
 use crate::orphan::OrphanHandler;
 use crate::pool::Pool;
@@ -37,6 +38,7 @@ pub struct PoolBuilder {
     pub(crate) stack_size: Option<usize>,
     pub(crate) handler: OrphanHandler,
     stuck_after: Option<Duration>,
+    demand_window: Duration,
 }
 
 impl Default for PoolBuilder {
@@ -63,6 +65,7 @@ impl PoolBuilder {
             stack_size: None,
             handler: OrphanHandler::log(),
             stuck_after: Some(DEFAULT_STUCK_AFTER),
+            demand_window: DEFAULT_WINDOW,
         }
     }
 
@@ -162,12 +165,31 @@ impl PoolBuilder {
         self
     }
 
+    /// The window of the pool's demand signal (default 5 s): the time-weighted average of
+    /// holders + waiters over this window is [`Pool::demand`] and the
+    /// `loopguard_pool_demand_avg` gauge. A zero window is refused by
+    /// [`build`](PoolBuilder::build).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let pool = loopguard::Pool::builder().demand_window(Duration::from_secs(30)).build()?;
+    /// assert_eq!(pool.demand(), 0.0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn demand_window(mut self, window: Duration) -> PoolBuilder {
+        self.demand_window = window;
+        self
+    }
+
     /// Starts the worker threads.
     ///
     /// # Errors
     ///
     /// [`io::ErrorKind::InvalidInput`] for zero or more than [`MAX_WORKERS`] workers, an
-    /// empty name or one containing NUL, or a zero stuck threshold; the spawn error (with
+    /// empty name or one containing NUL, a zero stuck threshold or an invalid demand
+    /// window; the spawn error (with
     /// the thread's name) when a thread cannot be started, in which case the threads already
     /// started exit.
     ///
@@ -202,6 +224,11 @@ impl PoolBuilder {
             )));
         }
         Ok(&self.name)
+    }
+
+    pub(crate) fn validated_demand(&self) -> io::Result<Demand> {
+        Demand::new(self.demand_window)
+            .map_err(|err: InvalidWindow| invalid(format!("invalid demand window: {err}")))
     }
 
     pub(crate) fn validated_stuck_after(&self) -> io::Result<Option<Duration>> {

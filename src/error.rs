@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::deadline::Expired;
+
 /// A job panicked. Carries the panic message.
 ///
 /// # Examples
@@ -314,6 +316,9 @@ pub enum RunError {
     Closed,
     /// The job ran and panicked.
     Panicked(Panicked),
+    /// The deadline passed before the job got a slot, or before its output was delivered.
+    /// In the second case the job keeps running, orphaned, and keeps its slot until done.
+    Expired(Expired),
 }
 
 impl fmt::Display for RunError {
@@ -321,6 +326,7 @@ impl fmt::Display for RunError {
         match self {
             RunError::Closed => f.write_str("pool closed before the job got a slot"),
             RunError::Panicked(p) => fmt::Display::fmt(p, f),
+            RunError::Expired(e) => fmt::Display::fmt(e, f),
         }
     }
 }
@@ -329,6 +335,7 @@ impl std::error::Error for RunError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RunError::Panicked(p) => Some(p),
+            RunError::Expired(e) => Some(e),
             RunError::Closed => None,
         }
     }
@@ -345,6 +352,7 @@ impl From<RunError> for std::io::Error {
         match err {
             RunError::Closed => std::io::Error::new(std::io::ErrorKind::BrokenPipe, err),
             RunError::Panicked(p) => std::io::Error::other(p),
+            RunError::Expired(e) => e.into(),
         }
     }
 }

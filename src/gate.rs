@@ -214,8 +214,8 @@ impl Gate {
         in_use
     }
 
-    /// Withdraws a waiter that gives up. If it had been granted a slot meanwhile, the slot
-    /// goes on to the next waiter. Returns whether a slot was passed on.
+    /// Withdraws a waiter that gives up. Returns `true` if it had been granted a slot
+    /// meanwhile: the caller then owns that slot and must [`release`](Gate::release) it.
     pub(crate) fn cancel(&self, waiter: &Arc<Waiter>) -> bool {
         let granted = {
             let mut queue = lock(&self.queue);
@@ -231,9 +231,6 @@ impl Gate {
                 }
             }
         };
-        if granted {
-            self.release();
-        }
         granted
     }
 
@@ -296,8 +293,9 @@ mod tests {
         gate.release();
         assert_eq!(first.state(), WaitState::Granted);
         assert_eq!(second.state(), WaitState::Waiting);
-        // The first gives up after its grant: the slot moves on.
+        // The first gives up after its grant: it releases, and the slot moves on.
         assert!(gate.cancel(&first));
+        gate.release();
         assert_eq!(second.state(), WaitState::Granted);
         assert_eq!(gate.in_use(), 1);
         gate.release();

@@ -173,6 +173,7 @@ pub(crate) struct PoolMetrics {
     pub(crate) wait_seconds: Histogram,
     pub(crate) job_seconds: Histogram,
     pub(crate) oldest_job_seconds: Gauge,
+    pub(crate) demand_avg: Gauge,
     pub(crate) orphaned_failures: Counter,
     pub(crate) stuck_jobs: Counter,
 }
@@ -205,6 +206,7 @@ impl PoolMetrics {
             wait_seconds: ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label.clone()),
             job_seconds: ::metrics::histogram!(POOL_JOB_SECONDS, "pool" => label.clone()),
             oldest_job_seconds: gauge(POOL_OLDEST_JOB_SECONDS),
+            demand_avg: gauge(POOL_DEMAND_AVG),
             orphaned_failures: counter(ORPHANED_FAILURES_TOTAL),
             stuck_jobs: counter(POOL_STUCK_JOBS_TOTAL),
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::builder::PoolBuilder;
+use crate::deadline::Deadline;
 use crate::error::{Saturated, TryRunError};
 use crate::gate::Refused;
 use crate::job::{Cell, Job};
@@ -120,6 +121,8 @@ pub struct PoolStats {
     pub stuck_jobs: u64,
     /// Age of the oldest running job, `None` when no job runs.
     pub oldest_job_age: Option<Duration>,
+    /// Time-weighted average of holders + waiters over the demand window.
+    pub demand: f64,
 }
 
 impl Pool {
@@ -177,7 +180,7 @@ impl Pool {
     {
         let shared = self.shared();
         match shared.gate.try_acquire() {
-            Ok(()) => Ok(shared.admit(job, Duration::ZERO)),
+            Ok(()) => Ok(shared.admit(job, Duration::ZERO, false)),
             Err(Refused::Saturated) => {
                 shared.count_rejection();
                 Err(TryRunError::Saturated(Saturated::new(
@@ -215,7 +218,51 @@ impl Pool {
         F: FnOnce() -> T + Send + 'static,
         T: JobOutput,
     {
-        Run::new(self.shared().clone(), job)
+        Run::new(self.shared().clone(), job, Deadline::never())
+    }
+
+    /// Like [`run`](Pool::run), within `deadline`: the wait for a slot spends the same budget
+    /// as the job, and after expiry nothing new starts.
+    ///
+    /// - If the deadline passes while the caller waits, it leaves the queue; a slot granted
+    ///   to it at that moment is handed back at once, to the next waiter.
+    /// - If the deadline passes while the job runs, the future resolves to
+    ///   [`RunError::Expired`] and the job is orphaned: it keeps its slot until its thread
+    ///   finishes (a thread cannot be pre-empted), and a failure is reported to the orphan
+    ///   handler.
+    /// - An output that arrives after the deadline is not returned as success.
+    ///
+    /// Expiry is observed cooperatively, when the future is polled (its timer wakes it at
+    /// the deadline).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`run`](Pool::run).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::{Deadline, Pool, RunError};
+    /// use std::time::Duration;
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().workers(1).build()?;
+    /// let budget = Deadline::after(Duration::from_millis(20));
+    /// let slow = pool.run_within(budget, || std::thread::sleep(Duration::from_millis(200)));
+    /// assert!(matches!(slow.await, Err(RunError::Expired(_))));
+    /// // The walk still holds its slot until its thread is done.
+    /// assert_eq!(pool.in_use(), 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// [`RunError::Expired`]: crate::RunError::Expired
+    pub fn run_within<F, T>(&self, deadline: Deadline, job: F) -> Run<F, T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: JobOutput,
+    {
+        Run::new(self.shared().clone(), job, deadline)
     }
 
     /// The pool's name: its threads are `NAME-0`, `NAME-1`, …, and its metrics carry
@@ -290,6 +337,21 @@ impl Pool {
         self.shared().oldest_job_age(Instant::now())
     }
 
+    /// The time-weighted average of holders + waiters over the demand window (default 5 s):
+    /// a scaling signal that sees bursts between scrapes. 1.0 means one slot busy all the
+    /// time; above the capacity means callers waited.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let pool = loopguard::Pool::builder().build()?;
+    /// assert_eq!(pool.demand(), 0.0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn demand(&self) -> f64 {
+        self.shared().demand_at(Instant::now())
+    }
+
     /// Failures of orphaned jobs so far (each one also went to the orphan handler).
     ///
     /// # Examples
@@ -334,6 +396,7 @@ impl Pool {
             orphaned_failures: load(&shared.stats.orphaned),
             stuck_jobs: load(&shared.stats.stuck),
             oldest_job_age: shared.oldest_job_age(now),
+            demand: shared.demand_at(now),
         }
     }
 
@@ -432,12 +495,12 @@ impl Pool {
 
 impl Shared {
     /// Hands a job whose slot is already held to a worker.
-    pub(crate) fn admit<F, T>(self: &Arc<Self>, job: F, waited: Duration) -> Job<T>
+    pub(crate) fn admit<F, T>(self: &Arc<Self>, job: F, waited: Duration, queued: bool) -> Job<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: JobOutput,
     {
-        self.admitted(waited);
+        self.admitted(waited, queued);
         Cell::submit(self, job)
     }
 }

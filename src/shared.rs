@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 
 use crate::builder::PoolBuilder;
+use crate::demand::Demand;
 use crate::error::Panicked;
-use crate::gate::Gate;
+use crate::gate::{Gate, Waiter};
 use crate::job::{Classified, Task};
 use crate::metrics::PoolMetrics;
 use crate::orphan::{OrphanHandler, Report, ReportKind};
@@ -47,6 +48,9 @@ pub(crate) struct Shared {
     epoch: Instant,
     pub(crate) stats: Stats,
     metrics: PoolMetrics,
+    /// Holders + waiters over time: +1 on admission or on queueing, -1 when the slot is
+    /// released or the wait ends without a slot.
+    demand: Demand,
     /// Lets `close` wake the stuck-job monitor.
     monitor: (Mutex<()>, Condvar),
     live_threads: AtomicUsize,
@@ -60,6 +64,7 @@ impl Shared {
         let workers = builder.validated_workers()?;
         let name: Arc<str> = builder.validated_name()?.into();
         let stuck_after = builder.validated_stuck_after()?;
+        let demand = builder.validated_demand()?;
         let shared = Arc::new(Shared {
             metrics: PoolMetrics::register(&name, workers),
             name,
@@ -70,6 +75,7 @@ impl Shared {
             workers: (0..workers).map(|_| WorkerState::default()).collect(),
             epoch: Instant::now(),
             stats: Stats::default(),
+            demand,
             monitor: (Mutex::new(()), Condvar::new()),
             live_threads: AtomicUsize::new(0),
             idle: Event::new(),
@@ -158,8 +164,37 @@ impl Shared {
         self.ready.notify_one();
     }
 
-    pub(crate) fn admitted(&self, waited: Duration) {
+    /// Accounts for an admission. `queued` says whether the caller was already counted as
+    /// demand while it waited.
+    pub(crate) fn admitted(&self, waited: Duration, queued: bool) {
+        if !queued {
+            self.demand.add(1);
+        }
         self.metrics.wait_seconds.record(waited);
+    }
+
+    /// A caller joined the queue of waiters.
+    pub(crate) fn queued(&self) {
+        self.demand.add(1);
+    }
+
+    /// A queued caller was told the pool closed: its wait ends without a slot.
+    pub(crate) fn wait_closed(&self) {
+        self.demand.add(-1);
+    }
+
+    /// A queued caller gives up (dropped, or its deadline passed). A slot granted to it in
+    /// the meantime goes on to the next waiter.
+    pub(crate) fn abandon_wait(&self, waiter: &Arc<Waiter>) {
+        if self.gate.cancel(waiter) {
+            self.finish_slot();
+        } else {
+            self.demand.add(-1);
+        }
+    }
+
+    pub(crate) fn demand_at(&self, now: Instant) -> f64 {
+        self.demand.average_at(now)
     }
 
     pub(crate) fn count_rejection(&self) {
@@ -202,8 +237,9 @@ impl Shared {
             .store(next.max(1), Ordering::Relaxed);
     }
 
-    /// Gives back the slot of a finished job.
+    /// Gives back a slot: that of a finished job, or one granted to a waiter that left.
     pub(crate) fn finish_slot(&self) {
+        self.demand.add(-1);
         if self.gate.release() == 0 {
             self.idle.notify(usize::MAX);
             if self.gate.is_closed() {
@@ -252,6 +288,7 @@ impl Shared {
         self.metrics.waiting.set(self.gate.waiting() as f64);
         let oldest = self.oldest_job_age(now).unwrap_or_default();
         self.metrics.oldest_job_seconds.set(oldest.as_secs_f64());
+        self.metrics.demand_avg.set(self.demand_at(now));
     }
 
     pub(crate) fn close(&self) -> bool {
