@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bounded, poll_once, Counter, Latch};
+use common::{bounded, hold, poll_once, Counter, Latch};
 use loopguard::{Deadline, OrphanHandler, Pool, Report, RunError};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -19,20 +19,6 @@ fn pool(workers: usize) -> Pool {
         .no_stuck_reports()
         .build()
         .unwrap()
-}
-
-/// Occupies the only slot of `pool` until `release` opens.
-fn hold(pool: &Pool, release: &Latch) -> loopguard::Job<()> {
-    let started = Counter::new();
-    let (s, r) = (started.clone(), release.clone());
-    let job = pool
-        .try_run(move || {
-            s.add();
-            r.wait();
-        })
-        .unwrap();
-    started.wait_for(1);
-    job
 }
 
 /// Waits on the clock until `deadline` has passed (time is the thing under test here).

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, poll_once, Counter, Latch};
+use common::{bounded, hold, poll_once, Latch};
 use loopguard::{Deadline, Pool};
 
 const WINDOW: Duration = Duration::from_millis(80);
@@ -31,10 +31,8 @@ async fn a_window_later(pool: &Pool) -> f64 {
 on_every_executor! {
     async fn holders_and_waiters_count_and_every_exit_removes_them() {
         let pool = pool(1);
-        let (started, release) = (Counter::new(), Latch::new());
-        let (s, r) = (started.clone(), release.clone());
-        let holder = pool.try_run(move || { s.add(); r.wait(); }).unwrap();
-        started.wait_for(1);
+        let release = Latch::new();
+        let holder = hold(&pool, &release);
 
         // Two waiters: one will be cancelled, one expires.
         let mut cancelled = pool.run(|| ());
@@ -63,10 +61,8 @@ on_every_executor! {
 on_every_executor! {
     async fn closing_fails_waiters_without_leaking_demand() {
         let pool = pool(1);
-        let (started, release) = (Counter::new(), Latch::new());
-        let (s, r) = (started.clone(), release.clone());
-        let holder = pool.try_run(move || { s.add(); r.wait(); }).unwrap();
-        started.wait_for(1);
+        let release = Latch::new();
+        let holder = hold(&pool, &release);
         let mut waiter = pool.run(|| ());
         assert!(poll_once(&mut waiter).await.is_none());
         pool.close();
@@ -81,10 +77,8 @@ on_every_executor! {
 on_every_executor! {
     async fn one_holder_throughout_reads_one() {
         let pool = pool(2);
-        let (started, release) = (Counter::new(), Latch::new());
-        let (s, r) = (started.clone(), release.clone());
-        let holder = pool.try_run(move || { s.add(); r.wait(); }).unwrap();
-        started.wait_for(1);
+        let release = Latch::new();
+        let holder = hold(&pool, &release);
         let steady = a_window_later(&pool).await;
         assert!((steady - 1.0).abs() < 0.05, "one holder throughout should read 1, got {steady}");
         release.open();

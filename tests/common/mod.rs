@@ -208,3 +208,18 @@ pub async fn bounded<F: Future>(limit: Duration, fut: F) -> F::Output {
     };
     futures_lite::future::or(fut, watchdog).await
 }
+
+/// Occupies one slot of `pool` with a job that blocks until `release` opens; returns once
+/// the job is running.
+pub fn hold(pool: &loopguard::Pool, release: &Latch) -> loopguard::Job<()> {
+    let started = Counter::new();
+    let (s, r) = (started.clone(), release.clone());
+    let job = pool
+        .try_run(move || {
+            s.add();
+            r.wait();
+        })
+        .expect("a free slot");
+    started.wait_for(1);
+    job
+}
