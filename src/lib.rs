@@ -74,6 +74,7 @@ pub mod header;
 mod job;
 pub mod keyed;
 pub mod metrics;
+pub mod operation;
 pub mod orphan;
 mod outcome;
 mod pool;
@@ -96,6 +97,7 @@ pub use crate::pool::{Pool, PoolStats};
 pub mod futures {
     pub use crate::deadline::{Sleep, Within};
     pub use crate::keyed::Acquire;
+    pub use crate::operation::Measured;
     pub use crate::retry::RetryFuture;
     pub use crate::run::Run;
 }

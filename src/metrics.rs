@@ -88,6 +88,60 @@ pub const LABEL_GATE: &str = "gate";
 /// ```
 pub const LABEL_KEY: &str = "key";
 
+/// Histogram: seconds from the start of an operation (before its first queue) to its end,
+/// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`,
+/// `cancelled`, `error`). Emitted by [`Operation`](crate::operation::Operation).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     loopguard::metrics::OPERATION_DURATION_SECONDS,
+///     "loopguard_operation_duration_seconds",
+/// );
+/// ```
+pub const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
+
+/// Gauge: operations started and not yet finished, queued ones included. Label
+/// `operation`. Emitted by [`Operation`](crate::operation::Operation).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     loopguard::metrics::OPERATIONS_IN_FLIGHT,
+///     "loopguard_operations_in_flight",
+/// );
+/// ```
+pub const OPERATIONS_IN_FLIGHT: &str = "loopguard_operations_in_flight";
+
+/// Label naming the operation a series belongs to.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::LABEL_OPERATION, "operation");
+/// ```
+pub const LABEL_OPERATION: &str = "operation";
+
+/// Label naming how something ended.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::LABEL_OUTCOME, "outcome");
+/// ```
+pub const LABEL_OUTCOME: &str = "outcome";
+
+/// The `outcome` label values of [`OPERATION_DURATION_SECONDS`].
+///
+/// # Examples
+///
+/// ```
+/// assert!(loopguard::metrics::OPERATION_OUTCOMES.contains(&"cancelled"));
+/// ```
+pub const OPERATION_OUTCOMES: [&str; 4] = ["success", "deadline", "cancelled", "error"];
+
 /// The `outcome` label values of [`POOL_JOBS_TOTAL`].
 pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
 
@@ -155,6 +209,16 @@ pub fn describe_metrics() {
         KEYED_REJECTED_TOTAL,
         Unit::Count,
         "Reject-when-busy admissions refused because the key was busy."
+    );
+    describe_histogram!(
+        OPERATION_DURATION_SECONDS,
+        Unit::Seconds,
+        "Time from the start of an operation, queues included, to its end, by outcome."
+    );
+    describe_gauge!(
+        OPERATIONS_IN_FLIGHT,
+        Unit::Count,
+        "Operations started and not yet finished, queued ones included."
     );
     describe_counter!(
         POOL_STUCK_JOBS_TOTAL,
