@@ -80,6 +80,7 @@ mod pool;
 pub mod retry;
 mod run;
 mod shared;
+pub mod shield;
 mod sync;
 
 pub use crate::builder::{PoolBuilder, MAX_WORKERS};
@@ -91,6 +92,7 @@ pub use crate::keyed::KeyedGate;
 pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
 pub use crate::outcome::JobOutput;
 pub use crate::pool::{Pool, PoolStats};
+pub use crate::shield::{Shield, ShieldError, Shielded};
 
 /// The named futures of this crate.
 pub mod futures {
@@ -98,6 +100,7 @@ pub mod futures {
     pub use crate::keyed::Acquire;
     pub use crate::retry::RetryFuture;
     pub use crate::run::Run;
+    pub use crate::shield::Runner;
 }
 
 // The README's examples are compiled and run as doctests.
