@@ -77,6 +77,7 @@ pub mod metrics;
 pub mod orphan;
 mod outcome;
 mod pool;
+pub mod refresh;
 pub mod retry;
 mod run;
 mod shared;
@@ -92,6 +93,7 @@ pub use crate::keyed::KeyedGate;
 pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
 pub use crate::outcome::JobOutput;
 pub use crate::pool::{Pool, PoolStats};
+pub use crate::refresh::{Refresh, RefreshError, Served};
 pub use crate::shield::{Shield, ShieldError, Shielded};
 
 /// The named futures of this crate.
