@@ -20,6 +20,9 @@
 //!   visible, and every pool publishes honest numbers through the [`metrics`](mod@metrics)
 //!   facade.
 //!
+//! The same contract exists for async work ([`Shield`]: a runner you spawn and a handle
+//! whose drop orphans the work), and [`Refresh`] builds a single-flight TTL cache on either.
+//!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
 //! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
 //! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.

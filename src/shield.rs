@@ -382,8 +382,12 @@ impl<F: Future> fmt::Debug for Runner<F> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
+/// async fn walk() -> u64 {
+///     panic!("walk failed")
+/// }
+///
 /// let shield = loopguard::Shield::new("walk");
-/// let (runner, handle) = shield.wrap(async { panic!("walk failed") });
+/// let (runner, handle) = shield.wrap(walk());
 /// runner.await;
 /// let err: loopguard::ShieldError = handle.await.unwrap_err();
 /// assert_eq!(err.to_string(), "shielded work panicked: walk failed");
