@@ -20,6 +20,9 @@
 //!   visible, and every pool publishes honest numbers through the [`metrics`](mod@metrics)
 //!   facade.
 //!
+//! The same contract exists for async work ([`Shield`]: a runner you spawn and a handle
+//! whose drop orphans the work), and [`Refresh`] builds a single-flight TTL cache on either.
+//!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
 //! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
 //! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
@@ -77,9 +80,11 @@ pub mod metrics;
 pub mod orphan;
 mod outcome;
 mod pool;
+pub mod refresh;
 pub mod retry;
 mod run;
 mod shared;
+pub mod shield;
 mod sync;
 
 pub use crate::builder::{PoolBuilder, MAX_WORKERS};
@@ -91,6 +96,8 @@ pub use crate::keyed::KeyedGate;
 pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
 pub use crate::outcome::JobOutput;
 pub use crate::pool::{Pool, PoolStats};
+pub use crate::refresh::{Refresh, RefreshError, Served};
+pub use crate::shield::{Shield, ShieldError, Shielded};
 
 /// The named futures of this crate.
 pub mod futures {
@@ -98,6 +105,7 @@ pub mod futures {
     pub use crate::keyed::Acquire;
     pub use crate::retry::RetryFuture;
     pub use crate::run::Run;
+    pub use crate::shield::Runner;
 }
 
 // The README's examples are compiled and run as doctests.

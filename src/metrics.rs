@@ -88,6 +88,68 @@ pub const LABEL_GATE: &str = "gate";
 /// ```
 pub const LABEL_KEY: &str = "key";
 
+/// Counter: collections of a [`Refresh`](crate::Refresh) cache that finished. Labels
+/// `cache`, `outcome` (`ok`, `error`; a panicking collection counts as `error`).
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::REFRESH_RUNS_TOTAL, "loopguard_refresh_runs_total");
+/// ```
+pub const REFRESH_RUNS_TOTAL: &str = "loopguard_refresh_runs_total";
+
+/// Counter: calls of a [`Refresh`](crate::Refresh) cache answered from the cache without
+/// waiting (a fresh value, or a failure within its failure TTL). Label `cache`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::REFRESH_HITS_TOTAL, "loopguard_refresh_hits_total");
+/// ```
+pub const REFRESH_HITS_TOTAL: &str = "loopguard_refresh_hits_total";
+
+/// Counter: calls of a [`Refresh`](crate::Refresh) cache that joined a collection already
+/// in flight instead of starting one. Label `cache`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::REFRESH_JOINS_TOTAL, "loopguard_refresh_joins_total");
+/// ```
+pub const REFRESH_JOINS_TOTAL: &str = "loopguard_refresh_joins_total";
+
+/// Counter: calls of a [`Refresh`](crate::Refresh) cache that ended with
+/// [`Expired`](crate::Expired) (the caller's deadline ran out before a value was ready; the
+/// collection goes on). Label `cache`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(
+///     loopguard::metrics::REFRESH_EXPIRED_WAITS_TOTAL,
+///     "loopguard_refresh_expired_waits_total",
+/// );
+/// ```
+pub const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_waits_total";
+
+/// Label naming the [`Refresh`](crate::Refresh) cache a series belongs to.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::LABEL_CACHE, "cache");
+/// ```
+pub const LABEL_CACHE: &str = "cache";
+
+/// The `outcome` label values of [`REFRESH_RUNS_TOTAL`].
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::metrics::REFRESH_OUTCOMES, ["ok", "error"]);
+/// ```
+pub const REFRESH_OUTCOMES: [&str; 2] = ["ok", "error"];
+
 /// The `outcome` label values of [`POOL_JOBS_TOTAL`].
 pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
 
@@ -155,6 +217,26 @@ pub fn describe_metrics() {
         KEYED_REJECTED_TOTAL,
         Unit::Count,
         "Reject-when-busy admissions refused because the key was busy."
+    );
+    describe_counter!(
+        REFRESH_RUNS_TOTAL,
+        Unit::Count,
+        "Collections of a refresh cache that finished, by outcome (ok, error)."
+    );
+    describe_counter!(
+        REFRESH_HITS_TOTAL,
+        Unit::Count,
+        "Calls answered from a refresh cache without waiting."
+    );
+    describe_counter!(
+        REFRESH_JOINS_TOTAL,
+        Unit::Count,
+        "Calls that joined a refresh collection already in flight."
+    );
+    describe_counter!(
+        REFRESH_EXPIRED_WAITS_TOTAL,
+        Unit::Count,
+        "Calls of a refresh cache whose deadline ended before a value was ready."
     );
     describe_counter!(
         POOL_STUCK_JOBS_TOTAL,

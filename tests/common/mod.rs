@@ -208,3 +208,64 @@ pub async fn bounded<F: Future>(limit: Duration, fut: F) -> F::Output {
     };
     futures_lite::future::or(fut, watchdog).await
 }
+
+/// A minimal `metrics` recorder keeping every counter and gauge in a map keyed by
+/// `name{label=value,...}` (labels in emission order). Histograms are dropped.
+#[derive(Default)]
+pub struct MapRecorder {
+    values: Mutex<std::collections::HashMap<String, Arc<std::sync::atomic::AtomicU64>>>,
+}
+
+impl MapRecorder {
+    fn handle(&self, key: &metrics::Key) -> Arc<std::sync::atomic::AtomicU64> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let id = format!("{}{{{}}}", key.name(), labels.join(","));
+        Arc::clone(self.values.lock().unwrap().entry(id).or_default())
+    }
+
+    /// The value of `name{labels}`, `None` if it was never registered.
+    pub fn get(&self, id: &str) -> Option<u64> {
+        let values = self.values.lock().unwrap();
+        values.get(id).map(|v| v.load(Ordering::Relaxed))
+    }
+}
+
+impl metrics::Recorder for MapRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::from_arc(self.handle(key))
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.handle(key))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}

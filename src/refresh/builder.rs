@@ -1,0 +1,157 @@
+//! `RefreshBuilder`: a cache's name, TTLs and where its collections run.
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::flight::Counters;
+use super::{assemble, BoxFuture, CollectionRunner, Refresh, Source};
+use crate::metrics::{
+    LABEL_CACHE, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL, REFRESH_JOINS_TOTAL,
+    REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
+};
+use crate::pool::Pool;
+use crate::shield::Shield;
+
+/// The default TTL of a [`Refresh`] cache.
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Configures a [`Refresh`] cache; from [`Refresh::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// # let pool = loopguard::Pool::builder().build()?;
+/// let cache = loopguard::Refresh::builder("bloat")
+///     .ttl(Duration::from_secs(300))
+///     .failure_ttl(Duration::from_secs(60))
+///     .on_pool(&pool, || Ok::<u64, std::io::ErrorKind>(42));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RefreshBuilder {
+    name: String,
+    ttl: Duration,
+    failure_ttl: Option<Duration>,
+}
+
+impl RefreshBuilder {
+    pub(super) fn new(name: &str) -> RefreshBuilder {
+        RefreshBuilder {
+            name: name.to_string(),
+            ttl: DEFAULT_TTL,
+            failure_ttl: None,
+        }
+    }
+
+    /// How long a successful value stays fresh, counted from the *start* of its collection.
+    /// A value is fresh while its age is strictly less than `ttl`; zero makes every call
+    /// collect (still one collection at a time, shared by concurrent callers).
+    ///
+    /// # Examples
+    ///
+    /// See [`RefreshBuilder`].
+    pub fn ttl(mut self, ttl: Duration) -> RefreshBuilder {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a failed collection is served from the cache before the next call runs the
+    /// collection again, counted from the start of the failed collection, strict like
+    /// [`ttl`](RefreshBuilder::ttl). Defaults to the TTL.
+    ///
+    /// # Examples
+    ///
+    /// See [`RefreshBuilder`].
+    pub fn failure_ttl(mut self, failure_ttl: Duration) -> RefreshBuilder {
+        self.failure_ttl = Some(failure_ttl);
+        self
+    }
+
+    /// A cache whose collections run `collect` on a worker thread of `pool`. The starting
+    /// caller waits for a slot within its deadline; see the [module docs](super).
+    ///
+    /// # Examples
+    ///
+    /// See [`Refresh`].
+    pub fn on_pool<T, E, F>(self, pool: &Pool, collect: F) -> Refresh<T, E>
+    where
+        T: Clone + Send + 'static,
+        E: Clone + Send + 'static,
+        F: Fn() -> Result<T, E> + Send + Sync + 'static,
+    {
+        assemble(self, Source::Pool(pool.clone(), Arc::new(collect)))
+    }
+
+    /// A cache whose collections are async: `collect()` makes the future of one collection,
+    /// and `spawn` receives its [`CollectionRunner`] to spawn and detach on the
+    /// application's executor (`|r| smol::spawn(r).detach()`, `|r| { tokio::spawn(r); }`).
+    /// The runner belongs to `shield`, which reports a panicking collection. If the runner
+    /// is dropped without finishing, callers waiting for it get
+    /// [`RefreshError::Closed`](super::RefreshError::Closed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// use loopguard::{Deadline, Refresh, Shield};
+    /// use std::sync::Arc;
+    ///
+    /// let ex = Arc::new(async_executor::Executor::new());
+    /// let spawner = ex.clone();
+    /// let cache = Refresh::builder("catalog").spawned(
+    ///     &Shield::new("catalog-refresh"),
+    ///     move |runner| spawner.spawn(runner).detach(),
+    ///     || async { Ok::<_, String>(vec!["a", "b"]) },
+    /// );
+    /// let items = ex.run(cache.get(Deadline::never())).await.unwrap();
+    /// assert_eq!(items.len(), 2);
+    /// # });
+    /// ```
+    pub fn spawned<T, E, S, F, Fut>(self, shield: &Shield, spawn: S, collect: F) -> Refresh<T, E>
+    where
+        T: Clone + Send + 'static,
+        E: Clone + Send + 'static,
+        S: Fn(CollectionRunner) + Send + Sync + 'static,
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let collect = move || -> BoxFuture<Result<T, E>> { Box::pin(collect()) };
+        assemble(
+            self,
+            Source::Spawned(shield.clone(), Box::new(spawn), Box::new(collect)),
+        )
+    }
+
+    pub(super) fn parts(self) -> (Arc<str>, Duration, Duration) {
+        let failure_ttl = self.failure_ttl.unwrap_or(self.ttl);
+        (Arc::from(self.name), self.ttl, failure_ttl)
+    }
+}
+
+/// Registers the cache's counters, each with a zero.
+pub(super) fn register(name: &str) -> Counters {
+    let counter = |metric: &'static str| {
+        let c = ::metrics::counter!(metric, LABEL_CACHE => name.to_string());
+        c.increment(0);
+        (AtomicU64::new(0), c)
+    };
+    let run = |outcome: &'static str| {
+        let c = ::metrics::counter!(
+            REFRESH_RUNS_TOTAL,
+            LABEL_CACHE => name.to_string(),
+            "outcome" => outcome
+        );
+        c.increment(0);
+        (AtomicU64::new(0), c)
+    };
+    Counters {
+        runs: REFRESH_OUTCOMES.map(run),
+        hits: counter(REFRESH_HITS_TOTAL),
+        joins: counter(REFRESH_JOINS_TOTAL),
+        expired: counter(REFRESH_EXPIRED_WAITS_TOTAL),
+    }
+}

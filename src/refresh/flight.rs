@@ -1,0 +1,210 @@
+//! The cache's state and the token a running collection carries to store its result.
+//!
+//! A collection is marked in flight (under the state lock) before it is submitted, so only
+//! one runs at a time. The [`Flight`] token travels with the collection (inside the pool
+//! closure, or inside the spawned future) and stores its outcome itself, on the thread that
+//! ran it: no caller has to be there. If the collection is dropped without running (the
+//! pool refused it, the starter left while waiting for a slot, the executor dropped the
+//! runner), the token's `Drop` clears the mark and wakes the waiters, and one of them starts
+//! a new collection within its own deadline.
+
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use event_listener::Event;
+use futures_lite::FutureExt;
+
+use crate::error::Panicked;
+use crate::refresh::error::RefreshError;
+use crate::sync::{lock, panic_message};
+
+/// The counters of one cache: the atomics behind [`RefreshStats`](super::RefreshStats)
+/// and the metric handles registered when the cache was built.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    pub(crate) runs: [(AtomicU64, ::metrics::Counter); 2],
+    pub(crate) hits: (AtomicU64, ::metrics::Counter),
+    pub(crate) joins: (AtomicU64, ::metrics::Counter),
+    pub(crate) expired: (AtomicU64, ::metrics::Counter),
+}
+
+pub(crate) fn bump(counter: &(AtomicU64, ::metrics::Counter)) {
+    counter.0.fetch_add(1, Ordering::Relaxed);
+    counter.1.increment(1);
+}
+
+/// A failed collection, as served to callers.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure<E> {
+    Failed(E),
+    Panicked(Panicked),
+}
+
+impl<E> From<Failure<E>> for RefreshError<E> {
+    fn from(failure: Failure<E>) -> RefreshError<E> {
+        match failure {
+            Failure::Failed(e) => RefreshError::Failed(e),
+            Failure::Panicked(p) => RefreshError::Panicked(p),
+        }
+    }
+}
+
+/// One finished collection: its generation, when it started, what it produced.
+pub(crate) struct Done<V> {
+    pub(crate) gen: u64,
+    pub(crate) started: Instant,
+    pub(crate) value: V,
+}
+
+pub(crate) struct State<T, E> {
+    /// The last successful collection.
+    pub(crate) success: Option<Done<T>>,
+    /// The last failed collection.
+    pub(crate) failure: Option<Done<Failure<E>>>,
+    /// The generation of the collection in flight.
+    pub(crate) in_flight: Option<u64>,
+    pub(crate) next_gen: u64,
+}
+
+/// What the latest finished collection left in the cache.
+pub(crate) type Outcome<T, E> = Result<(T, Instant), Failure<E>>;
+
+impl<T: Clone, E: Clone> State<T, E> {
+    pub(crate) fn new() -> State<T, E> {
+        State {
+            success: None,
+            failure: None,
+            in_flight: None,
+            next_gen: 1,
+        }
+    }
+
+    /// The outcome of the newest finished collection if it is generation `gen` or newer.
+    pub(crate) fn outcome_since(&self, gen: u64) -> Option<Outcome<T, E>> {
+        let success_gen = self.success.as_ref().map_or(0, |d| d.gen);
+        let failure_gen = self.failure.as_ref().map_or(0, |d| d.gen);
+        match (&self.success, &self.failure) {
+            (Some(s), _) if s.gen >= gen && success_gen > failure_gen => {
+                Some(Ok((s.value.clone(), s.started)))
+            }
+            (_, Some(f)) if f.gen >= gen && failure_gen > success_gen => Some(Err(f.value.clone())),
+            _ => None,
+        }
+    }
+
+    /// What the cache may serve at `now` without collecting: the newest outcome, if it is a
+    /// success younger than `ttl` or a failure younger than `failure_ttl`. Ages run from the
+    /// collection's start and the bounds are strict: at `age == ttl` the entry is stale.
+    pub(crate) fn cached_at(
+        &self,
+        now: Instant,
+        ttl: Duration,
+        failure_ttl: Duration,
+    ) -> Option<Outcome<T, E>> {
+        let fresh = |started: Instant, ttl: Duration| now.saturating_duration_since(started) < ttl;
+        let outcome = self.outcome_since(1)?;
+        match &outcome {
+            Ok((_, started)) if fresh(*started, ttl) => Some(outcome),
+            Err(_) => match &self.failure {
+                Some(f) if fresh(f.started, failure_ttl) => Some(outcome),
+                _ => None,
+            },
+            Ok(_) => None,
+        }
+    }
+}
+
+/// The shared part of a cache the flight needs.
+pub(crate) struct Core<T, E> {
+    pub(crate) state: Mutex<State<T, E>>,
+    pub(crate) event: Event,
+    pub(crate) counters: Counters,
+}
+
+/// Carried by a running collection; stores its outcome, or, if dropped without one, gives
+/// the flight up so that a waiter can start another.
+pub(crate) struct Flight<T, E> {
+    pub(crate) core: Arc<Core<T, E>>,
+    pub(crate) gen: u64,
+}
+
+impl<T, E> Flight<T, E> {
+    fn complete(self, started: Instant, result: Result<T, Failure<E>>) {
+        let ok = result.is_ok();
+        {
+            let mut state = lock(&self.core.state);
+            if state.in_flight == Some(self.gen) {
+                state.in_flight = None;
+            }
+            let gen = self.gen;
+            match result {
+                Ok(value) => {
+                    state.success = Some(Done {
+                        gen,
+                        started,
+                        value,
+                    })
+                }
+                Err(value) => {
+                    state.failure = Some(Done {
+                        gen,
+                        started,
+                        value,
+                    })
+                }
+            }
+        }
+        bump(&self.core.counters.runs[usize::from(!ok)]);
+        self.core.event.notify(usize::MAX);
+        // Dropped here: the flight is no longer marked, so `Drop` gives nothing up.
+    }
+}
+
+impl<T, E> Drop for Flight<T, E> {
+    fn drop(&mut self) {
+        let gave_up = {
+            let mut state = lock(&self.core.state);
+            let mine = state.in_flight == Some(self.gen);
+            if mine {
+                state.in_flight = None;
+            }
+            mine
+        };
+        if gave_up {
+            self.core.event.notify(usize::MAX);
+        }
+    }
+}
+
+/// Runs a blocking collection on the current (worker) thread and stores its outcome. A
+/// panic is stored as a failure, then resumed so the pool counts and reports it.
+pub(crate) fn run_blocking<T, E>(flight: Flight<T, E>, collect: &dyn Fn() -> Result<T, E>) {
+    let started = Instant::now();
+    match catch_unwind(AssertUnwindSafe(collect)) {
+        Ok(result) => flight.complete(started, result.map_err(Failure::Failed)),
+        Err(payload) => {
+            let panicked = Panicked::new(panic_message(&*payload));
+            flight.complete(started, Err(Failure::Panicked(panicked)));
+            resume_unwind(payload)
+        }
+    }
+}
+
+/// The async counterpart of [`run_blocking`], driven by a shield's runner.
+pub(crate) async fn run_async<T, E, F>(flight: Flight<T, E>, collection: F)
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let started = Instant::now();
+    match AssertUnwindSafe(collection).catch_unwind().await {
+        Ok(result) => flight.complete(started, result.map_err(Failure::Failed)),
+        Err(payload) => {
+            let panicked = Panicked::new(panic_message(&*payload));
+            flight.complete(started, Err(Failure::Panicked(panicked)));
+            resume_unwind(payload)
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! A single-flight TTL cache for expensive collections: one registry walk per TTL, however
+//! many scrapers ask.
+//!
+//! A [`Refresh`] holds the last successful value and when its collection *started*. A call
+//! with a [`Deadline`]:
+//!
+//! 1. returns a fresh value at once: one whose collection started strictly less than the
+//!    TTL ago (at `age == ttl` the value is stale);
+//! 2. or serves a cached failure, if the newest collection failed less than the failure TTL
+//!    ago: a departing or impatient client cannot make the cache repeat a failing query;
+//! 3. or joins the collection already in flight, waiting within its own deadline;
+//! 4. or starts one collection, shielded: on a [`Pool`] (a blocking closure) or as async
+//!    work on the application's executor (a spawner and a [`Shield`]).
+//!
+//! The collection stores its own outcome, on the thread or task that ran it, and wakes the
+//! waiters: its result is cached even if every caller has left. A caller whose deadline
+//! ends gets [`RefreshError::Expired`]; the collection goes on. No stale value is ever
+//! returned as fresh: [`Refresh::get_or_stale`] serves the last success explicitly, with
+//! its age. [`Refresh::refresh`] forces a collection, bypassing the cached value.
+//!
+//! # Starting a collection
+//!
+//! On a pool, the caller that starts a collection waits for a slot in FIFO order within its
+//! deadline ([`Pool::run`]); if the deadline ends first, nothing was started and a waiting
+//! caller takes over. Joining never needs a slot, so one collection in flight serves any
+//! number of callers. A closed pool gives [`RefreshError::Closed`].
+//!
+//! # Panics in a collection
+//!
+//! A panicking collection is cached as a failure ([`RefreshError::Panicked`]) for the
+//! failure TTL and reported exactly once to the orphan handler of the pool (or shield) that
+//! ran it, whether or not anyone was waiting, and counted as `panicked` in the pool's job
+//! metrics. A collection that returns `Err` is not reported there: its error is served to
+//! callers from the cache and counted in [`REFRESH_RUNS_TOTAL`] as `error`.
+//!
+//! # Metrics
+//!
+//! Counters with label `cache` (the name), registered with zeros when the cache is built:
+//! [`REFRESH_RUNS_TOTAL`] (also `outcome` = `ok` / `error`), [`REFRESH_HITS_TOTAL`],
+//! [`REFRESH_JOINS_TOTAL`], [`REFRESH_EXPIRED_WAITS_TOTAL`].
+//!
+//! [`REFRESH_RUNS_TOTAL`]: crate::metrics::REFRESH_RUNS_TOTAL
+//! [`REFRESH_HITS_TOTAL`]: crate::metrics::REFRESH_HITS_TOTAL
+//! [`REFRESH_JOINS_TOTAL`]: crate::metrics::REFRESH_JOINS_TOTAL
+//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::metrics::REFRESH_EXPIRED_WAITS_TOTAL
+
+mod builder;
+mod error;
+mod flight;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::deadline::Deadline;
+use crate::error::RunError;
+use crate::pool::Pool;
+use crate::shield::{Runner, Shield, ShieldError};
+use crate::sync::lock;
+
+pub use self::builder::RefreshBuilder;
+pub use self::error::{RefreshError, RefreshStats, Served};
+use self::flight::{bump, run_async, run_blocking, Core, Flight};
+
+/// A boxed `Send` future, as produced by an async collection.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The runner of one async collection, handed to the spawner given to
+/// [`RefreshBuilder::spawned`]. Spawn it and detach it.
+pub type CollectionRunner = Runner<BoxFuture<()>>;
+
+type Blocking<T, E> = Arc<dyn Fn() -> Result<T, E> + Send + Sync>;
+type Spawner = Box<dyn Fn(CollectionRunner) + Send + Sync>;
+type AsyncCollect<T, E> = Box<dyn Fn() -> BoxFuture<Result<T, E>> + Send + Sync>;
+
+enum Source<T, E> {
+    Pool(Pool, Blocking<T, E>),
+    Spawned(Shield, Spawner, AsyncCollect<T, E>),
+}
+
+/// What one look at the state decided.
+enum Step<T, E> {
+    Hit(flight::Outcome<T, E>),
+    Join(u64, event_listener::EventListener),
+    Start(u64),
+}
+
+/// A single-flight TTL cache; see the [module docs](self). Built with
+/// [`Refresh::builder`]. A cheap handle (`Clone + Send + Sync`); clones share the cache.
+///
+/// Values and errors are cloned out to each caller: wrap a large value in an `Arc`.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::{Deadline, Pool, Refresh};
+/// use std::time::Duration;
+///
+/// # futures_lite::future::block_on(async {
+/// let pool = Pool::builder().name("registry").workers(1).build()?;
+/// let registry = Refresh::builder("registry")
+///     .ttl(Duration::from_secs(10))
+///     .failure_ttl(Duration::from_secs(30))
+///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+///
+/// // In the /metrics handler, with the scrape's budget:
+/// let deadline = Deadline::after(Duration::from_secs(5));
+/// assert_eq!(registry.get(deadline).await.unwrap(), "up 1\n");
+/// assert_eq!(registry.get(deadline).await.unwrap(), "up 1\n"); // a hit
+/// assert_eq!((registry.stats().runs_ok, registry.stats().hits), (1, 1));
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct Refresh<T, E> {
+    inner: Arc<Inner<T, E>>,
+}
+
+struct Inner<T, E> {
+    name: Arc<str>,
+    ttl: Duration,
+    failure_ttl: Duration,
+    core: Arc<Core<T, E>>,
+    source: Source<T, E>,
+}
+
+impl<T, E> Clone for Refresh<T, E> {
+    fn clone(&self) -> Self {
+        Refresh {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T, E> fmt::Debug for Refresh<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refresh")
+            .field("name", &self.name())
+            .field("ttl", &self.inner.ttl)
+            .field("failure_ttl", &self.inner.failure_ttl)
+            .field(
+                "in_flight",
+                &lock(&self.inner.core.state).in_flight.is_some(),
+            )
+            .finish()
+    }
+}
+
+impl Refresh<(), ()> {
+    /// A builder for a cache named `name` (its `cache` label). Defaults: a TTL of 10 s and a
+    /// failure TTL equal to the TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let pool = loopguard::Pool::builder().build()?;
+    /// let cache = loopguard::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
+    /// assert_eq!(cache.name(), "sizes");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn builder(name: &str) -> RefreshBuilder {
+        RefreshBuilder::new(name)
+    }
+}
+
+impl<T, E> Refresh<T, E>
+where
+    T: Clone + Send + 'static,
+    E: Clone + Send + 'static,
+{
+    /// A fresh value, or the outcome of a collection this call joins or starts, within
+    /// `deadline`; see the [module docs](self) for the order of the steps.
+    ///
+    /// # Errors
+    ///
+    /// [`RefreshError::Expired`] when the deadline ended (also when it had ended on entry:
+    /// nothing is served or started then); [`RefreshError::Failed`] or
+    /// [`RefreshError::Panicked`] when the collection failed, now or within the failure
+    /// TTL; [`RefreshError::Closed`] when no collection could run.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future never cancels a running collection: it finishes and
+    /// its outcome is cached. A starter dropped while it still waits for a pool slot starts
+    /// nothing, and a waiting caller takes over.
+    ///
+    /// # Examples
+    ///
+    /// See [`Refresh`].
+    pub async fn get(&self, deadline: Deadline) -> Result<T, RefreshError<E>> {
+        self.fetch(deadline, false).await.map(|(value, _)| value)
+    }
+
+    /// Like [`get`](Refresh::get), but ignores the cached value and a cached failure: joins
+    /// the collection in flight, or starts one. For warm-ups and "refresh now" buttons.
+    ///
+    /// # Errors
+    ///
+    /// As for [`get`](Refresh::get).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`get`](Refresh::get).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// # let pool = loopguard::Pool::builder().build()?;
+    /// use loopguard::{Deadline, Refresh};
+    /// let cache = Refresh::builder("warm").on_pool(&pool, || Ok::<u8, String>(1));
+    /// cache.refresh(Deadline::never()).await.unwrap();
+    /// cache.refresh(Deadline::never()).await.unwrap();
+    /// assert_eq!(cache.stats().runs_ok, 2, "each forced refresh collects");
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn refresh(&self, deadline: Deadline) -> Result<T, RefreshError<E>> {
+        self.fetch(deadline, true).await.map(|(value, _)| value)
+    }
+
+    /// Stale-on-error, asked for explicitly: what [`get`](Refresh::get) returns, and when it
+    /// fails (for any reason, the deadline included), the last successful value marked as
+    /// stale, with its age and the error.
+    ///
+    /// # Errors
+    ///
+    /// The error of [`get`](Refresh::get) when no collection ever succeeded.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`get`](Refresh::get).
+    ///
+    /// # Examples
+    ///
+    /// See [`Served`].
+    pub async fn get_or_stale(&self, deadline: Deadline) -> Result<Served<T, E>, RefreshError<E>> {
+        match self.fetch(deadline, false).await {
+            Ok((value, started)) => Ok(Served {
+                value,
+                age: started.elapsed(),
+                stale_because: None,
+            }),
+            Err(err) => match &lock(&self.inner.core.state).success {
+                Some(done) => Ok(Served {
+                    value: done.value.clone(),
+                    age: done.started.elapsed(),
+                    stale_because: Some(err),
+                }),
+                None => Err(err),
+            },
+        }
+    }
+
+    /// The cached value if it is fresh at `now` (its collection started strictly less than
+    /// the TTL before `now`) and is the newest outcome. Never collects, waits or counts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// # let pool = loopguard::Pool::builder().build()?;
+    /// use loopguard::{Deadline, Refresh};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let ttl = Duration::from_secs(10);
+    /// let cache = Refresh::builder("peek").ttl(ttl).on_pool(&pool, || Ok::<u8, String>(1));
+    /// assert_eq!(cache.peek_at(Instant::now()), None);
+    /// cache.get(Deadline::never()).await.unwrap();
+    /// let started = cache.last_started().unwrap();
+    /// assert_eq!(cache.peek_at(started + ttl - Duration::from_nanos(1)), Some(1));
+    /// assert_eq!(cache.peek_at(started + ttl), None, "age == ttl is stale");
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn peek_at(&self, now: Instant) -> Option<T> {
+        let state = lock(&self.inner.core.state);
+        match state.cached_at(now, self.inner.ttl, self.inner.failure_ttl) {
+            Some(Ok((value, _))) => Some(value),
+            _ => None,
+        }
+    }
+
+    async fn fetch(
+        &self,
+        deadline: Deadline,
+        force: bool,
+    ) -> Result<(T, Instant), RefreshError<E>> {
+        let inner = &*self.inner;
+        let core = &inner.core;
+        let mut joined = false;
+        loop {
+            if deadline.is_expired() {
+                return Err(self.expired());
+            }
+            let step = {
+                let mut state = lock(&core.state);
+                let now = Instant::now();
+                match state.cached_at(now, inner.ttl, inner.failure_ttl) {
+                    Some(outcome) if !force => Step::Hit(outcome),
+                    _ => match state.in_flight {
+                        // Listening under the lock: the outcome cannot slip in unnoticed.
+                        Some(gen) => Step::Join(gen, core.event.listen()),
+                        None => {
+                            let gen = state.next_gen;
+                            state.next_gen += 1;
+                            state.in_flight = Some(gen);
+                            Step::Start(gen)
+                        }
+                    },
+                }
+            };
+            let (gen, listener) = match step {
+                Step::Hit(outcome) => {
+                    bump(&core.counters.hits);
+                    return outcome.map_err(RefreshError::from);
+                }
+                Step::Start(gen) => return self.start(gen, deadline).await,
+                Step::Join(gen, listener) => {
+                    if !joined {
+                        joined = true;
+                        bump(&core.counters.joins);
+                    }
+                    (gen, listener)
+                }
+            };
+            if deadline.run(listener).await.is_err() {
+                return Err(self.expired());
+            }
+            if let Some(outcome) = lock(&core.state).outcome_since(gen) {
+                return outcome.map_err(RefreshError::from);
+            }
+            // The flight was given up without an outcome: look again, maybe start one.
+        }
+    }
+
+    /// Starts collection `gen` (already marked in flight) and waits for it within `deadline`.
+    async fn start(&self, gen: u64, deadline: Deadline) -> Result<(T, Instant), RefreshError<E>> {
+        let flight = Flight {
+            core: self.inner.core.clone(),
+            gen,
+        };
+        let submitted = Instant::now();
+        match &self.inner.source {
+            Source::Pool(pool, collect) => {
+                let collect = collect.clone();
+                let job = move || run_blocking(flight, &*collect);
+                // Dropping `Run` before admission drops `job` and so gives the flight up;
+                // after admission it orphans the job, which still stores its outcome.
+                match deadline.run(pool.run(job)).await {
+                    Err(_) => return Err(self.expired()),
+                    Ok(Ok(())) => {}
+                    Ok(Err(RunError::Panicked(panicked))) => {
+                        // The starter is the job's only awaiter: it reports, so the panic
+                        // reaches the handler exactly once, as if it had been orphaned.
+                        pool.shared()
+                            .report_orphan::<()>(Err(panicked), submitted.elapsed());
+                    }
+                    Ok(Err(_)) => return Err(RefreshError::Closed),
+                }
+            }
+            Source::Spawned(shield, spawn, collect) => {
+                let collection = collect();
+                let future: BoxFuture<()> = Box::pin(run_async(flight, collection));
+                let (runner, handle) = shield.wrap(future);
+                spawn(runner);
+                match deadline.run(handle).await {
+                    Err(_) => return Err(self.expired()),
+                    Ok(Ok(())) => {}
+                    Ok(Err(ShieldError::Panicked(panicked))) => {
+                        shield.report::<()>(Err(panicked), submitted.elapsed());
+                    }
+                    Ok(Err(_)) => return Err(RefreshError::Closed),
+                }
+            }
+        }
+        // The collection stored its outcome before its job or runner finished.
+        match lock(&self.inner.core.state).outcome_since(gen) {
+            Some(outcome) => outcome.map_err(RefreshError::from),
+            None => Err(RefreshError::Closed),
+        }
+    }
+
+    fn expired(&self) -> RefreshError<E> {
+        bump(&self.inner.core.counters.expired);
+        RefreshError::Expired
+    }
+}
+
+impl<T, E> Refresh<T, E> {
+    /// The cache's name, its `cache` label.
+    ///
+    /// # Examples
+    ///
+    /// See [`Refresh::builder`].
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// When the newest finished collection (success or failure) started; `None` before the
+    /// first one finished.
+    ///
+    /// # Examples
+    ///
+    /// See [`Refresh::peek_at`].
+    pub fn last_started(&self) -> Option<Instant> {
+        let state = lock(&self.inner.core.state);
+        let s = state.success.as_ref().map(|d| (d.gen, d.started));
+        let f = state.failure.as_ref().map(|d| (d.gen, d.started));
+        s.max(f).map(|(_, started)| started)
+    }
+
+    /// A snapshot of the cache's counters.
+    ///
+    /// # Examples
+    ///
+    /// See [`RefreshStats`].
+    pub fn stats(&self) -> RefreshStats {
+        let c = &self.inner.core.counters;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        RefreshStats {
+            runs_ok: load(&c.runs[0].0),
+            runs_error: load(&c.runs[1].0),
+            hits: load(&c.hits.0),
+            joins: load(&c.joins.0),
+            expired_waits: load(&c.expired.0),
+            in_flight: lock(&self.inner.core.state).in_flight.is_some(),
+        }
+    }
+}
+
+/// Builds the cache from a finished builder.
+fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
+    let (name, ttl, failure_ttl) = builder.parts();
+    let core = Arc::new(Core {
+        state: std::sync::Mutex::new(flight::State::new()),
+        event: event_listener::Event::new(),
+        counters: builder::register(&name),
+    });
+    Refresh {
+        inner: Arc::new(Inner {
+            name,
+            ttl,
+            failure_ttl,
+            core,
+            source,
+        }),
+    }
+}
