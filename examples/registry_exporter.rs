@@ -105,10 +105,12 @@ fn run(config: Config) -> std::io::Result<()> {
         println!("listening on http://{}", listener.local_addr()?);
         let stop = Stop::default();
         let watch = async {
-            if let Some(signal) = signals.next().await {
-                eprintln!("{signal:?}: shutting down (again to exit at once)");
-                stop.trigger();
+            match signals.next().await {
+                Some(Ok(signal)) => eprintln!("{signal:?}: shutting down (again to exit at once)"),
+                Some(Err(err)) => eprintln!("signal handling failed ({err}): shutting down"),
+                None => {}
             }
+            stop.trigger();
             if signals.next().await.is_some() {
                 std::process::exit(130);
             }
