@@ -1,0 +1,116 @@
+//! A minimal HTTP/1.1 client over `smol::net::TcpStream`, for the storm and the tests.
+//!
+//! One request per connection (`Connection: close`), the response read to end of stream.
+//! It is enough to talk to the exporter over real loopback sockets and nothing more.
+#![allow(dead_code)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::net::TcpStream;
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// Header names (lowercased) and values, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body as received.
+    pub body: Vec<u8>,
+    /// From the first byte sent to the last byte received.
+    pub elapsed: Duration,
+}
+
+impl Response {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The bytes of a `GET path` request with extra headers.
+pub fn get_request(path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    request_bytes("GET", path, headers)
+}
+
+/// The bytes of a bodiless request.
+pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: loopguard\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        raw.push_str(name);
+        raw.push_str(": ");
+        raw.push_str(value);
+        raw.push_str("\r\n");
+    }
+    raw.push_str("\r\n");
+    raw.into_bytes()
+}
+
+/// `GET path` on a fresh connection.
+pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+    send(addr, &get_request(path, headers)).await
+}
+
+/// Sends raw request bytes on a fresh connection and reads the response to end of stream.
+pub async fn send(addr: SocketAddr, raw: &[u8]) -> io::Result<Response> {
+    let stream = TcpStream::connect(addr).await?;
+    exchange(stream, raw).await
+}
+
+/// Sends raw request bytes on a connected stream and reads the response to end of stream.
+pub async fn exchange(mut stream: TcpStream, raw: &[u8]) -> io::Result<Response> {
+    let began = Instant::now();
+    stream.write_all(raw).await?;
+    stream.flush().await?;
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await?;
+    let mut response = parse(&bytes)?;
+    response.elapsed = began.elapsed();
+    Ok(response)
+}
+
+/// Parses one `Content-Length`-framed (or close-delimited) HTTP/1.1 response.
+pub fn parse(bytes: &[u8]) -> io::Result<Response> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of response head"))?;
+    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| bad("response head not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().ok_or_else(|| bad("no status line"))?;
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| bad("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = bytes[end + 4..].to_vec();
+    if let Some((_, len)) = headers.iter().find(|(n, _)| n == "content-length") {
+        let len: usize = len.parse().map_err(|_| bad("bad content-length"))?;
+        if body.len() < len {
+            return Err(bad("response body cut short"));
+        }
+        body.truncate(len);
+    }
+    Ok(Response {
+        status,
+        headers,
+        body,
+        elapsed: Duration::ZERO,
+    })
+}
