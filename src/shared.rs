@@ -36,13 +36,25 @@ pub(crate) struct Stats {
 struct WorkerState {
     /// Start of the running job in nanoseconds since the pool's epoch, plus one; 0 when idle.
     started: AtomicU64,
+    /// Wakes this worker alone (waited on with the queue lock).
+    wake: Condvar,
+}
+
+/// The hand-off between admission and the workers, under one lock.
+struct Queue {
+    tasks: VecDeque<Arc<dyn Task>>,
+    /// Parked workers, the most recently parked last: a new job wakes the warmest thread
+    /// (its CPU is less likely to be in a deep idle state, its caches hold the pool), and
+    /// no wake-up call is made at all when no worker is parked.
+    idle: Vec<usize>,
+    /// `parked[i]` is whether worker `i` is in `idle`.
+    parked: Vec<bool>,
 }
 
 pub(crate) struct Shared {
     name: Arc<str>,
     pub(crate) gate: Gate,
-    queue: Mutex<VecDeque<Arc<dyn Task>>>,
-    ready: Condvar,
+    queue: Mutex<Queue>,
     handler: OrphanHandler,
     workers: Box<[WorkerState]>,
     epoch: Instant,
@@ -69,8 +81,11 @@ impl Shared {
             metrics: PoolMetrics::register(&name, workers),
             name,
             gate: Gate::new(workers),
-            queue: Mutex::new(VecDeque::with_capacity(workers)),
-            ready: Condvar::new(),
+            queue: Mutex::new(Queue {
+                tasks: VecDeque::with_capacity(workers),
+                idle: Vec::with_capacity(workers),
+                parked: vec![false; workers],
+            }),
             handler: builder.handler.clone(),
             workers: (0..workers).map(|_| WorkerState::default()).collect(),
             epoch: Instant::now(),
@@ -139,14 +154,19 @@ impl Shared {
             let task = {
                 let mut queue = lock(&self.queue);
                 loop {
-                    if let Some(task) = queue.pop_front() {
+                    if let Some(task) = queue.tasks.pop_front() {
                         break Some(task);
                     }
                     if self.gate.is_closed() && self.gate.in_use() == 0 {
                         break None;
                     }
-                    queue = self
-                        .ready
+                    // After a spurious wake-up the worker is still listed: list it once.
+                    if !queue.parked[index] {
+                        queue.parked[index] = true;
+                        queue.idle.push(index);
+                    }
+                    queue = self.workers[index]
+                        .wake
                         .wait(queue)
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
@@ -158,10 +178,33 @@ impl Shared {
         }
     }
 
-    /// Hands an admitted job to an idle worker.
+    /// Hands an admitted job to an idle worker: the most recently parked one, woken only if
+    /// no worker is awake to find the job (a worker looks at the queue, under its lock,
+    /// before it parks).
     pub(crate) fn dispatch(&self, task: Arc<dyn Task>) {
-        lock(&self.queue).push_back(task);
-        self.ready.notify_one();
+        let woken = {
+            let mut queue = lock(&self.queue);
+            queue.tasks.push_back(task);
+            let woken = queue.idle.pop();
+            if let Some(index) = woken {
+                queue.parked[index] = false;
+            }
+            woken
+        };
+        // Notified after unlocking, so the worker does not wake into a held lock. It was
+        // taken off the idle list under the lock, so it cannot be missed in between.
+        if let Some(index) = woken {
+            self.workers[index].wake.notify_one();
+        }
+    }
+
+    /// Wakes every parked worker, so each one sees that the pool closed.
+    fn wake_all_workers(&self) {
+        let mut queue = lock(&self.queue);
+        for index in std::mem::take(&mut queue.idle) {
+            queue.parked[index] = false;
+            self.workers[index].wake.notify_one();
+        }
     }
 
     /// Accounts for an admission. `queued` says whether the caller was already counted as
@@ -243,8 +286,7 @@ impl Shared {
         if self.gate.release() == 0 {
             self.idle.notify(usize::MAX);
             if self.gate.is_closed() {
-                let _queue = lock(&self.queue);
-                self.ready.notify_all();
+                self.wake_all_workers();
             }
         }
     }
@@ -294,10 +336,7 @@ impl Shared {
     pub(crate) fn close(&self) -> bool {
         let closed = self.gate.close();
         if closed {
-            {
-                let _queue = lock(&self.queue);
-                self.ready.notify_all();
-            }
+            self.wake_all_workers();
             let _monitor = lock(&self.monitor.0);
             self.monitor.1.notify_all();
         }
