@@ -1,0 +1,268 @@
+//! Property tests for every public function that takes outside input (durations,
+//! instants, counts, names, event sequences): no input makes them panic, and the
+//! results stay within their documented bounds. Header parsing has its own in
+//! `tests/header.rs`.
+
+use std::time::{Duration, Instant};
+
+use futures_lite::future::{block_on, poll_once};
+use loopguard::demand::Demand;
+use loopguard::keyed::KeyedGate;
+use loopguard::retry::{Backoff, Retry};
+use loopguard::{Deadline, Pool};
+use proptest::prelude::*;
+
+/// Any duration, with the edges (zero, tiny, `MAX`, just past an `Instant`'s range) likely.
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        (0u64..1_000_000_000).prop_map(Duration::from_nanos),
+        (0u64..10_000_000).prop_map(Duration::from_millis),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+    ]
+}
+
+/// An instant near now, before or after it, or `None` when that cannot be represented.
+fn instant(base: Instant, offset: Duration, later: bool) -> Option<Instant> {
+    if later {
+        base.checked_add(offset)
+    } else {
+        base.checked_sub(offset)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    #[test]
+    fn deadline_after_any_budget(budget in duration(), other in duration(), probe in duration(),
+                                 later in any::<bool>()) {
+        let before = Instant::now();
+        let deadline = Deadline::after(budget);
+        match deadline.instant() {
+            // Never means `now + budget` did not fit.
+            None => prop_assert!(before.checked_add(budget).is_none()
+                                 || Instant::now().checked_add(budget).is_none()),
+            Some(at) => prop_assert!(at >= before),
+        }
+        if let Some(left) = deadline.remaining() {
+            prop_assert!(left <= budget);
+        }
+        let _ = deadline.check();
+        let _ = deadline.is_expired();
+        if let Some(now) = instant(before, probe, later) {
+            let _ = deadline.is_expired_at(now);
+            let _ = deadline.remaining_at(now);
+        }
+
+        let second = Deadline::after(other);
+        let earlier = deadline.min(second);
+        prop_assert_eq!(earlier, second.min(deadline));
+        prop_assert!(earlier <= deadline && earlier <= second);
+        prop_assert_eq!(deadline.min(Deadline::never()), deadline);
+    }
+
+    #[test]
+    fn deadline_at_any_instant(offset in duration(), later in any::<bool>(), probe in duration()) {
+        let now = Instant::now();
+        if let Some(at) = instant(now, offset, later) {
+            let deadline = Deadline::at(at);
+            prop_assert_eq!(deadline.instant(), Some(at));
+            prop_assert_eq!(deadline.is_expired_at(now), at <= now);
+            if let Some(left) = deadline.remaining_at(now) {
+                prop_assert!(left == at.saturating_duration_since(now));
+            }
+            if let Some(probe) = now.checked_add(probe) {
+                let _ = deadline.remaining_at(probe);
+                let _ = deadline.is_expired_at(probe);
+            }
+        }
+    }
+}
+
+proptest! {
+    // These register an async-io timer when pending: fewer cases, still thousands.
+    #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+    #[test]
+    fn deadline_sleep_and_run_with_any_durations(budget in duration(), nap in duration()) {
+        let deadline = Deadline::after(budget);
+        let first = block_on(poll_once(deadline.sleep(nap)));
+        if let Some(result) = first {
+            // Done at once only when the nap or the budget was (nearly) nothing.
+            prop_assert!(nap < Duration::from_secs(1) || budget < Duration::from_secs(1),
+                         "{result:?} at once for nap {nap:?} budget {budget:?}");
+        }
+        let ready = block_on(poll_once(deadline.run(async { 7 })));
+        match ready {
+            Some(Ok(v)) => prop_assert_eq!(v, 7),
+            Some(Err(_)) => prop_assert!(budget < Duration::from_secs(1)),
+            None => prop_assert!(false, "a ready future under a deadline was pending"),
+        }
+    }
+
+    #[test]
+    fn backoff_any_parameters(base in duration(), max in duration(), n in any::<u32>(),
+                              list in proptest::collection::vec(duration(), 0..8),
+                              attempts in any::<u32>(), timeout in duration()) {
+        let exp = Backoff::exponential(base, max);
+        let pause = exp.pause(n);
+        prop_assert!(pause <= max, "pause {pause:?} above max {max:?}");
+        let jittered = exp.clone().with_jitter().pause(n);
+        prop_assert!(jittered <= pause && jittered >= pause / 2);
+
+        let fixed = Backoff::fixed(list.clone());
+        let p = fixed.pause(n);
+        if list.is_empty() {
+            prop_assert_eq!(p, Duration::ZERO);
+        } else {
+            prop_assert!(list.contains(&p));
+        }
+        prop_assert_eq!(Backoff::none().pause(n), Duration::ZERO);
+
+        // Building a retry policy from any numbers is fine; running it needs a deadline.
+        let retry = Retry::new().attempts(attempts).backoff(exp).attempt_timeout(timeout);
+        let _ = format!("{retry:?}");
+    }
+}
+
+/// One event of a `Demand` history.
+#[derive(Debug, Clone)]
+enum Event {
+    Add { at_ms: i64, delta: isize },
+    Read { at_ms: i64 },
+    Enter { at_ms: i64 },
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    // Times jump forwards and backwards (a caller may pass a stale instant).
+    let at = -100_000i64..1_000_000;
+    let delta = prop_oneof![
+        -4isize..5,
+        Just(isize::MAX),
+        Just(isize::MIN),
+        any::<isize>()
+    ];
+    prop_oneof![
+        (at.clone(), delta).prop_map(|(at_ms, delta)| Event::Add { at_ms, delta }),
+        at.clone().prop_map(|at_ms| Event::Read { at_ms }),
+        at.prop_map(|at_ms| Event::Enter { at_ms }),
+    ]
+}
+
+fn at_ms(t0: Instant, ms: i64) -> Instant {
+    let offset = Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        t0 + offset
+    } else {
+        t0.checked_sub(offset).unwrap_or(t0)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn demand_any_window(window in duration()) {
+        match Demand::new(window) {
+            Ok(demand) => {
+                prop_assert_eq!(demand.window(), window);
+                prop_assert!(!window.is_zero());
+                prop_assert_eq!(demand.average(), 0.0);
+            }
+            Err(err) => prop_assert_eq!(err.window(), window),
+        }
+    }
+
+    #[test]
+    fn demand_any_event_sequence(window_ms in 1u64..600_000,
+                                 events in proptest::collection::vec(event(), 0..40)) {
+        let t0 = Instant::now() + Duration::from_secs(200);
+        let demand = Demand::new_at(Duration::from_millis(window_ms), t0).unwrap();
+        let mut guards = Vec::new();
+        for event in events {
+            match event {
+                Event::Add { at_ms: at, delta } => demand.add_at(at_ms(t0, at), delta),
+                Event::Enter { at_ms: at } => guards.push(demand.enter_at(at_ms(t0, at))),
+                Event::Read { at_ms: at } => {
+                    let avg = demand.average_at(at_ms(t0, at));
+                    prop_assert!(avg.is_finite() && avg >= 0.0, "average {}", avg);
+                }
+            }
+        }
+        let _ = demand.level();
+        drop(guards);
+        let avg = demand.average_at(t0 + Duration::from_secs(10_000));
+        prop_assert!(avg.is_finite() && avg >= 0.0);
+    }
+
+    #[test]
+    fn keyed_gate_any_configuration(capacity in 0usize..4, window in duration(),
+                                    override_slots in proptest::option::of(0usize..3),
+                                    ops in proptest::collection::vec((0u8..4, any::<bool>()), 0..32)) {
+        let mut builder = KeyedGate::<u8>::builder("inputs").capacity(capacity).window(window);
+        if let Some(slots) = override_slots {
+            builder = builder.capacity_for(0, slots);
+        }
+        let gate = match builder.build() {
+            Ok(gate) => gate,
+            Err(_) => {
+                prop_assert!(capacity == 0 || override_slots == Some(0)
+                             || window.is_zero() || u64::try_from(window.as_nanos()).is_err());
+                return Ok(());
+            }
+        };
+        let mut held = Vec::new();
+        for (key, release) in ops {
+            if release && !held.is_empty() {
+                drop(held.swap_remove(0));
+            } else if let Ok(permit) = gate.try_acquire(key) {
+                held.push(permit);
+            }
+            let slots = if key == 0 { override_slots.unwrap_or(capacity) } else { capacity };
+            prop_assert!(gate.in_use(&key) <= slots);
+        }
+        let _ = gate.demands();
+        drop(held);
+        for key in 0..4 {
+            prop_assert_eq!(gate.in_use(&key), 0);
+        }
+    }
+}
+
+proptest! {
+    // Each valid case starts and stops real threads.
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn pool_builder_any_input(name in ".{0,12}", workers in prop_oneof![0usize..3, Just(1025),
+                              Just(usize::MAX), any::<usize>()],
+                              stuck in proptest::option::of(duration()),
+                              stack in proptest::option::of(64usize * 1024..1 << 20)) {
+        let mut builder = Pool::builder().name(&name).workers(workers);
+        builder = match stuck {
+            Some(threshold) => builder.stuck_after(threshold),
+            None => builder.no_stuck_reports(),
+        };
+        if let Some(bytes) = stack {
+            builder = builder.stack_size(bytes);
+        }
+        let valid = (1..=loopguard::MAX_WORKERS).contains(&workers)
+            && !name.is_empty()
+            && !name.contains('\0')
+            && stuck != Some(Duration::ZERO);
+        match builder.build() {
+            Ok(pool) => {
+                prop_assert!(valid);
+                prop_assert_eq!(pool.capacity(), workers);
+                prop_assert_eq!(block_on(pool.run(|| 2 + 2)), Ok(4));
+                block_on(pool.shutdown());
+            }
+            Err(err) => {
+                prop_assert!(!valid, "refused a valid configuration: {}", err);
+                prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            }
+        }
+    }
+}
