@@ -5,13 +5,43 @@
 //! compare-and-exchange. `try_acquire` and an uncontended `release` never take a lock.
 //! A slot released while waiters are queued is handed to the oldest waiter directly: the
 //! `in_use` count does not drop, so no concurrent `try_acquire` can take it.
+//!
+//! # Why this is sound, and the model that checks it
+//!
+//! The fast paths (`try_acquire`, and `release` while nobody waits) are a CAS on the whole
+//! word; everything that changes the number of waiters does so under the queue lock,
+//! together with the queue itself. So a fast path that raced a new waiter fails its CAS
+//! (the word changed) and, seeing a waiter, goes the locked way; a locked release that
+//! finds the queue empty knows the count is zero too. A waiter's state is set before its
+//! waker is taken under the waker lock, and read after the waker is stored under the same
+//! lock, so a grant is never missed. These orderings are exactly what a hand review gets
+//! wrong, so `loom_model` below checks the races exhaustively:
+//! `RUSTFLAGS="--cfg loopguard_loom" cargo test --release --lib loom_model`. As in
+//! async-lock, a cfg swaps std's primitives for loom's and normal builds never see loom; the
+//! cfg has a crate-specific name because dependencies (concurrent-queue) switch to loom
+//! themselves under a plain `cfg(loom)` and then need features we do not want.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
-use crate::sync::lock;
+#[cfg(loopguard_loom)]
+use loom::sync::{
+    atomic::{AtomicU64, AtomicU8, Ordering},
+    Arc, Mutex, MutexGuard,
+};
+#[cfg(not(loopguard_loom))]
+use std::sync::{
+    atomic::{AtomicU64, AtomicU8, Ordering},
+    Arc, Mutex, MutexGuard,
+};
+
+/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
+/// loom's).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 const IN_USE_ONE: u64 = 1;
 const IN_USE_MASK: u64 = (1 << 31) - 1;
@@ -49,8 +79,11 @@ pub(crate) enum WaitState {
     Closed,
 }
 
+/// A shared handle to a queued waiter (`Arc`, loom's under `cfg(loopguard_loom)`).
+pub(crate) type WaiterRef = Arc<Waiter>;
+
 impl Waiter {
-    pub(crate) fn new() -> Arc<Waiter> {
+    pub(crate) fn new() -> WaiterRef {
         Arc::new(Waiter {
             state: AtomicU8::new(WAITING),
             waker: Mutex::new(None),
@@ -259,7 +292,7 @@ impl Gate {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loopguard_loom)))]
 mod tests {
     use super::*;
 
@@ -328,5 +361,156 @@ mod tests {
         assert_eq!(gate.try_acquire(), Err(Refused::Closed));
         assert_eq!(gate.enqueue(&Waiter::new()), Enqueued::Closed);
         assert_eq!(gate.release(), 0);
+    }
+}
+
+/// Exhaustive interleavings of the gate's races, under loom. Run with
+/// `RUSTFLAGS="--cfg loopguard_loom" cargo test --lib loom_model --release`.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::thread;
+    use std::task::Wake;
+
+    /// A waker that remembers it was woken.
+    struct Flag(AtomicBool);
+
+    impl Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn flag() -> (std::sync::Arc<Flag>, Waker) {
+        let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
+        (flag.clone(), Waker::from(flag))
+    }
+
+    /// One slot, held; `release` on another thread.
+    fn held_gate() -> (Arc<Gate>, thread::JoinHandle<usize>) {
+        let gate = Arc::new(Gate::new(1));
+        gate.try_acquire().unwrap();
+        let releaser = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.release())
+        };
+        (gate, releaser)
+    }
+
+    /// A newcomer tries, then queues, while the holder releases: it ends up with the slot,
+    /// at once or by a grant; it is never left queued behind a free slot.
+    #[test]
+    fn release_races_a_newcomer() {
+        loom::model(|| {
+            let (gate, releaser) = held_gate();
+            let waiter = Waiter::new();
+            let acquired = match gate.try_acquire() {
+                Ok(()) => true,
+                Err(Refused::Saturated) => match gate.enqueue(&waiter) {
+                    Enqueued::Acquired => true,
+                    Enqueued::Queued => false,
+                    Enqueued::Closed => unreachable!("nothing closes"),
+                },
+                Err(Refused::Closed) => unreachable!("nothing closes"),
+            };
+            releaser.join().unwrap();
+            if !acquired {
+                assert_eq!(waiter.state(), WaitState::Granted);
+            }
+            assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+        });
+    }
+
+    /// A queued waiter registers its waker while the slot is released to it: it sees the
+    /// grant, or it is woken. No lost wake-up.
+    #[test]
+    fn grant_races_waker_registration() {
+        loom::model(|| {
+            let gate = Arc::new(Gate::new(1));
+            gate.try_acquire().unwrap();
+            let waiter = Waiter::new();
+            assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+            let releaser = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.release())
+            };
+            let (woken, waker) = flag();
+            let seen = waiter.poll_state(&waker);
+            releaser.join().unwrap();
+            assert!(seen == WaitState::Granted || woken.0.load(Ordering::SeqCst));
+            assert_eq!(waiter.state(), WaitState::Granted);
+            assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+        });
+    }
+
+    /// A queued waiter gives up while the slot is released to it: the slot is passed on or
+    /// returned, never lost.
+    #[test]
+    fn release_races_cancel() {
+        loom::model(|| {
+            let gate = Arc::new(Gate::new(1));
+            gate.try_acquire().unwrap();
+            let waiter = Waiter::new();
+            assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+            let releaser = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.release())
+            };
+            // A waiter granted the slot meanwhile owns it and gives it back.
+            if gate.cancel(&waiter) {
+                gate.release();
+            }
+            releaser.join().unwrap();
+            assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+            assert_eq!(gate.try_acquire(), Ok(()));
+        });
+    }
+
+    /// A slot released while someone waits goes to the waiter, never to a concurrent
+    /// `try_acquire`.
+    #[test]
+    fn try_acquire_never_overtakes_a_waiter() {
+        loom::model(|| {
+            let gate = Arc::new(Gate::new(1));
+            gate.try_acquire().unwrap();
+            let waiter = Waiter::new();
+            assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+            let releaser = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.release())
+            };
+            assert_eq!(gate.try_acquire(), Err(Refused::Saturated));
+            releaser.join().unwrap();
+            assert_eq!(waiter.state(), WaitState::Granted);
+            assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+        });
+    }
+
+    /// Close, release and a new waiter, all at once: nobody is left waiting, the count of
+    /// waiters returns to zero, and a granted waiter holds the only slot.
+    #[test]
+    fn close_races_release_and_enqueue() {
+        loom::model(|| {
+            let (gate, releaser) = held_gate();
+            let closer = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.close())
+            };
+            let waiter = Waiter::new();
+            let queued = gate.enqueue(&waiter);
+            releaser.join().unwrap();
+            assert!(closer.join().unwrap());
+            assert_eq!(gate.waiting(), 0);
+            match (queued, waiter.state()) {
+                (Enqueued::Queued, WaitState::Granted) | (Enqueued::Acquired, _) => {
+                    assert_eq!(gate.in_use(), 1)
+                }
+                (Enqueued::Queued, WaitState::Closed) | (Enqueued::Closed, _) => {
+                    assert_eq!(gate.in_use(), 0)
+                }
+                (Enqueued::Queued, WaitState::Waiting) => panic!("left waiting after close"),
+            }
+        });
     }
 }

@@ -13,7 +13,7 @@ use async_io::Timer;
 
 use crate::deadline::{Deadline, Expired};
 use crate::error::RunError;
-use crate::gate::{Enqueued, Refused, WaitState, Waiter};
+use crate::gate::{Enqueued, Refused, WaitState, Waiter, WaiterRef};
 use crate::job::Job;
 use crate::outcome::JobOutput;
 use crate::shared::Shared;
@@ -22,7 +22,7 @@ enum State<F, T> {
     /// Not polled yet: no slot asked for.
     Start(F),
     /// Queued behind other waiters (and counted as demand).
-    Waiting(F, Arc<Waiter>),
+    Waiting(F, WaiterRef),
     /// Admitted: the job runs or ran.
     Running(Job<T>),
     Done,

@@ -12,7 +12,7 @@ use event_listener::Event;
 use crate::builder::PoolBuilder;
 use crate::demand::Demand;
 use crate::error::Panicked;
-use crate::gate::{Gate, Waiter};
+use crate::gate::{Gate, WaiterRef};
 use crate::job::{Classified, Task};
 use crate::metrics::PoolMetrics;
 use crate::orphan::{OrphanHandler, Report, ReportKind};
@@ -228,7 +228,7 @@ impl Shared {
 
     /// A queued caller gives up (dropped, or its deadline passed). A slot granted to it in
     /// the meantime goes on to the next waiter.
-    pub(crate) fn abandon_wait(&self, waiter: &Arc<Waiter>) {
+    pub(crate) fn abandon_wait(&self, waiter: &WaiterRef) {
         if self.gate.cancel(waiter) {
             self.finish_slot();
         } else {
