@@ -49,12 +49,24 @@ struct Queue {
     idle: Vec<usize>,
     /// `parked[i]` is whether worker `i` is in `idle`.
     parked: Vec<bool>,
+    /// Workers spinning for a job before they park. A new job wakes a parked worker only
+    /// when the jobs queued outnumber them: each spinner takes the lock and looks at the
+    /// queue again before it parks, so a job it was counted for is never stranded.
+    spinning: usize,
 }
+
+/// How long a worker that ran out of jobs spins before it parks. A job submitted meanwhile
+/// starts without a wake-up call, and the worker's CPU stays out of its idle state: on a VM
+/// waking a halted vCPU costs tens of microseconds, a large part of a round trip. At most
+/// this much CPU time is spent per job that ends with the queue empty.
+const SPIN: Duration = Duration::from_micros(50);
 
 pub(crate) struct Shared {
     name: Arc<str>,
     pub(crate) gate: Gate,
     queue: Mutex<Queue>,
+    /// The length of `queue.tasks`, written under the lock, read by spinning workers.
+    pending: AtomicUsize,
     handler: OrphanHandler,
     workers: Box<[WorkerState]>,
     epoch: Instant,
@@ -85,7 +97,9 @@ impl Shared {
                 tasks: VecDeque::with_capacity(workers),
                 idle: Vec::with_capacity(workers),
                 parked: vec![false; workers],
+                spinning: 0,
             }),
+            pending: AtomicUsize::new(0),
             handler: builder.handler.clone(),
             workers: (0..workers).map(|_| WorkerState::default()).collect(),
             epoch: Instant::now(),
@@ -150,42 +164,76 @@ impl Shared {
     /// The loop of worker `index`: take a job, run it, until the pool is closed and no
     /// admitted job is left.
     fn work(&self, index: usize) {
-        loop {
-            let task = {
-                let mut queue = lock(&self.queue);
-                loop {
-                    if let Some(task) = queue.tasks.pop_front() {
-                        break Some(task);
-                    }
-                    if self.gate.is_closed() && self.gate.in_use() == 0 {
-                        break None;
-                    }
-                    // After a spurious wake-up the worker is still listed: list it once.
-                    if !queue.parked[index] {
-                        queue.parked[index] = true;
-                        queue.idle.push(index);
-                    }
-                    queue = self.workers[index]
-                        .wake
-                        .wait(queue)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                }
-            };
-            match task {
-                Some(task) => task.run(index),
-                None => return,
-            }
+        while let Some(task) = self.next_task(index) {
+            task.run(index);
         }
     }
 
-    /// Hands an admitted job to an idle worker: the most recently parked one, woken only if
-    /// no worker is awake to find the job (a worker looks at the queue, under its lock,
-    /// before it parks).
+    /// The next job for worker `index`; `None` once the pool is closed and no admitted job
+    /// is left. Spins for [`SPIN`] before parking.
+    fn next_task(&self, index: usize) -> Option<Arc<dyn Task>> {
+        let mut spun = false;
+        let mut queue = lock(&self.queue);
+        loop {
+            if let Some(task) = queue.tasks.pop_front() {
+                self.pending.store(queue.tasks.len(), Ordering::Relaxed);
+                return Some(task);
+            }
+            if self.gate.is_closed() && self.gate.in_use() == 0 {
+                return None;
+            }
+            if !spun {
+                spun = true;
+                queue.spinning += 1;
+                drop(queue);
+                self.spin_for_work();
+                queue = lock(&self.queue);
+                queue.spinning -= 1;
+                continue;
+            }
+            // After a spurious wake-up the worker is still listed: list it once.
+            if !queue.parked[index] {
+                queue.parked[index] = true;
+                queue.idle.push(index);
+            }
+            queue = self.workers[index]
+                .wake
+                .wait(queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Spins (yielding now and then) until a job is queued, the pool closes, or [`SPIN`]
+    /// has passed.
+    fn spin_for_work(&self) {
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                if self.pending.load(Ordering::Relaxed) != 0 || self.gate.is_closed() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= SPIN {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Hands an admitted job to an idle worker: a spinning one if there is one for it,
+    /// otherwise the most recently parked one, woken. No wake-up call is made when no worker
+    /// is parked (a worker looks at the queue, under its lock, before it parks).
     pub(crate) fn dispatch(&self, task: Arc<dyn Task>) {
         let woken = {
             let mut queue = lock(&self.queue);
             queue.tasks.push_back(task);
-            let woken = queue.idle.pop();
+            self.pending.store(queue.tasks.len(), Ordering::Relaxed);
+            let woken = if queue.tasks.len() > queue.spinning {
+                queue.idle.pop()
+            } else {
+                None
+            };
             if let Some(index) = woken {
                 queue.parked[index] = false;
             }
