@@ -4,7 +4,12 @@
 //! 100 µs jobs, and the overhead of running a ready future under a `Deadline`.
 //!
 //! Run with `cargo bench --bench offload`; see BENCHMARKS.md for the figures and what they
-//! mean. Ids (`group/function`) are stable so results compare run to run.
+//! mean. Ids (`group/function`) are stable so results compare run to run:
+//! `roundtrip/{loopguard,blocking_unblock,tokio_spawn_blocking,thread_pingpong}`,
+//! `reject/try_run_saturated`, `roundtrip_recorded/{loopguard,loopguard_no_recorder}`,
+//! `reject_recorded/try_run_saturated`, `burst/{loopguard_run,blocking_unblock}`,
+//! `deadline/{ready_bare,ready_within}`. The groups run in that order; from
+//! `roundtrip_recorded` on, a Prometheus recorder is installed.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -141,31 +146,47 @@ fn roundtrip(c: &mut Criterion) {
     drop(runtime);
 }
 
-/// The same loopguard round trip with a real recorder installed (Prometheus, no exporter
-/// thread), so every counter and histogram call records. Runs after `roundtrip` because a
-/// global recorder cannot be uninstalled and is only seen by pools built afterwards.
+fn reject(c: &mut Criterion) {
+    saturated_try_run(c, "reject");
+}
+
+/// The loopguard round trip with a real recorder installed (Prometheus, no exporter thread),
+/// so every counter and histogram call records, next to a pool built before the recorder
+/// (whose handles are no-ops) in the same process state. A global recorder cannot be
+/// removed: the groups after this one (`reject_recorded`, `burst`) record into it too.
 fn roundtrip_recorded(c: &mut Criterion) {
+    let plain = pool(2);
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&[1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0])
         .expect("buckets")
         .build_recorder();
     let handle = recorder.handle();
     let installed = metrics::set_global_recorder(recorder).is_ok();
-    let loopguard = pool(2);
+    let recorded = pool(2);
     let mut group = c.benchmark_group("roundtrip_recorded");
     if installed {
         group.bench_function("loopguard", |b| {
-            b.iter(|| smol::block_on(async { loopguard.run(|| black_box(1u64)).await.unwrap() }))
+            b.iter(|| smol::block_on(async { recorded.run(|| black_box(1u64)).await.unwrap() }))
+        });
+        group.bench_function("loopguard_no_recorder", |b| {
+            b.iter(|| smol::block_on(async { plain.run(|| black_box(1u64)).await.unwrap() }))
         });
     }
     group.finish();
+    // Prove the recorder saw the pool (and keep the render out of the timed loops).
     handle.run_upkeep();
-    // Prove the recorder saw the pool (and keep the render out of the timed loop).
     assert!(!installed || handle.render().contains("loopguard_pool_jobs_total"));
 }
 
-fn reject(c: &mut Criterion) {
-    let mut group = c.benchmark_group("reject");
+/// `reject/try_run_saturated` again on a pool built with the Prometheus recorder installed:
+/// the refusal counter is then a real counter.
+fn reject_recorded(c: &mut Criterion) {
+    saturated_try_run(c, "reject_recorded");
+}
+
+/// A `try_run` on a one-slot pool whose slot is held: refused, the closure handed back.
+fn saturated_try_run(c: &mut Criterion, group: &str) {
+    let mut group = c.benchmark_group(group);
     let loopguard = pool(1);
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let held = loopguard
@@ -288,6 +309,6 @@ criterion_group! {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    targets = roundtrip, reject, burst, deadline, roundtrip_recorded
+    targets = roundtrip, reject, roundtrip_recorded, reject_recorded, burst, deadline
 }
 criterion_main!(benches);
