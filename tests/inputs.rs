@@ -6,9 +6,15 @@
 use std::time::{Duration, Instant};
 
 use futures_lite::future::{block_on, poll_once};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
 use loopguard::demand::Demand;
 use loopguard::keyed::KeyedGate;
+use loopguard::operation::{Operation, Outcome};
+use loopguard::refresh::Refresh;
 use loopguard::retry::{Backoff, Retry};
+use loopguard::shield::Shield;
 use loopguard::{Deadline, Pool};
 use proptest::prelude::*;
 
@@ -239,8 +245,12 @@ proptest! {
     fn pool_builder_any_input(name in ".{0,12}", workers in prop_oneof![0usize..3, Just(1025),
                               Just(usize::MAX), any::<usize>()],
                               stuck in proptest::option::of(duration()),
+                              window in proptest::option::of(duration()),
                               stack in proptest::option::of(64usize * 1024..1 << 20)) {
         let mut builder = Pool::builder().name(&name).workers(workers);
+        if let Some(window) = window {
+            builder = builder.demand_window(window);
+        }
         builder = match stuck {
             Some(threshold) => builder.stuck_after(threshold),
             None => builder.no_stuck_reports(),
@@ -251,7 +261,8 @@ proptest! {
         let valid = (1..=loopguard::MAX_WORKERS).contains(&workers)
             && !name.is_empty()
             && !name.contains('\0')
-            && stuck != Some(Duration::ZERO);
+            && stuck != Some(Duration::ZERO)
+            && window.is_none_or(|w| Demand::new(w).is_ok());
         match builder.build() {
             Ok(pool) => {
                 prop_assert!(valid);
@@ -263,6 +274,68 @@ proptest! {
                 prop_assert!(!valid, "refused a valid configuration: {}", err);
                 prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
             }
+        }
+    }
+}
+
+/// One pool for the cases below, so they do not each start threads.
+fn shared_pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool::builder().name("inputs").workers(2).build().unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn operation_and_shield_any_name(name in ".{0,24}", nanos in any::<u64>(), pick in 0u8..4) {
+        let op = Operation::new(name.clone());
+        let outcome = [Outcome::Success, Outcome::Deadline, Outcome::Cancelled, Outcome::Error]
+            [usize::from(pick)];
+        let _ = op.start().finish(outcome);
+        let measured = block_on(op.measure(async move { Ok::<u64, std::io::Error>(nanos) }));
+        prop_assert_eq!(measured.ok(), Some(nanos));
+        let shield = Shield::new(&name);
+        prop_assert_eq!(shield.orphaned_failures(), 0);
+    }
+}
+
+proptest! {
+    // Each case runs jobs on the shared pool.
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn run_within_any_deadline(budget in duration()) {
+        let pool = shared_pool();
+        match block_on(pool.run_within(Deadline::after(budget), || 5u8)) {
+            Ok(v) => prop_assert_eq!(v, 5),
+            Err(err) => prop_assert!(budget < Duration::from_secs(1), "{} for {:?}", err, budget),
+        }
+    }
+
+    #[test]
+    fn refresh_any_ttls(name in ".{0,12}", ttl in duration(), failure_ttl in proptest::option::of(duration()),
+                        fail in any::<bool>(), budget in duration(), probe in duration(),
+                        later in any::<bool>()) {
+        let calls = Arc::new(AtomicU64::new(0));
+        let counter = calls.clone();
+        let mut builder = Refresh::builder(&name).ttl(ttl);
+        if let Some(failure_ttl) = failure_ttl {
+            builder = builder.failure_ttl(failure_ttl);
+        }
+        let cache: Refresh<u64, String> = builder.on_pool(shared_pool(), move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            if fail { Err(format!("collection {n} failed")) } else { Ok(n) }
+        });
+        for _ in 0..2 {
+            match block_on(cache.get(Deadline::after(budget))) {
+                Ok(_) => prop_assert!(!fail),
+                Err(err) => prop_assert!(fail || err.is_expired(), "{:?}", err),
+            }
+        }
+        prop_assert!(calls.load(Ordering::SeqCst) <= 2);
+        if let Some(now) = instant(Instant::now(), probe, later) {
+            let _ = cache.peek_at(now);
         }
     }
 }
