@@ -188,3 +188,30 @@ fn an_admitted_job_allocates_at_most_twice() {
     assert!(per_run <= 2.0, "run: {per_run} allocations per job");
     assert!(per_try <= 2.0, "try_run: {per_try} allocations per job");
 }
+
+#[test]
+fn load_signals_allocate_nothing_on_their_hot_paths() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let demand = loopguard::Demand::default();
+    let gate: loopguard::KeyedGate<&'static str> = loopguard::KeyedGate::new("alloc-keyed");
+    let held = gate.try_acquire("repo").expect("an idle key admits");
+    // Warm-up: first use of anything lazily initialised on this thread.
+    demand.add(1);
+    demand.add(-1);
+    assert!(gate.try_acquire("repo").is_err());
+
+    let before = on_this_thread();
+    for _ in 0..1_000 {
+        demand.add(1);
+        let _ = demand.average();
+        demand.add(-1);
+        let busy = gate.try_acquire("repo").expect_err("the key is held");
+        assert_eq!(*busy.key(), "repo");
+    }
+    let allocations = on_this_thread() - before;
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations for 1000 demand changes and keyed rejections"
+    );
+    drop(held);
+}
