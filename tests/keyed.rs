@@ -2,13 +2,11 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::sync::{mpsc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::assert_close;
+use common::{assert_close, MapRecorder};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
 use loopguard::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
@@ -200,68 +198,6 @@ fn auto_traits_and_debug() {
         format!("{:?}", KeyedGate::<u8>::builder("b")),
     ] {
         assert!(!text.is_empty());
-    }
-}
-
-/// A minimal recorder keeping every counter and gauge in a map keyed by
-/// `name{labels}`.
-#[derive(Default)]
-struct MapRecorder {
-    values: Mutex<HashMap<String, Arc<AtomicU64>>>,
-}
-
-impl MapRecorder {
-    fn handle(&self, key: &metrics::Key) -> Arc<AtomicU64> {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        let id = format!("{}{{{}}}", key.name(), labels.join(","));
-        Arc::clone(self.values.lock().unwrap().entry(id).or_default())
-    }
-
-    fn get(&self, id: &str) -> Option<u64> {
-        let values = self.values.lock().unwrap();
-        values
-            .get(id)
-            .map(|v| v.load(std::sync::atomic::Ordering::Relaxed))
-    }
-}
-
-impl metrics::Recorder for MapRecorder {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::from_arc(self.handle(key))
-    }
-    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::from_arc(self.handle(key))
-    }
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
     }
 }
 
