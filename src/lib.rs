@@ -23,6 +23,20 @@
 //! The same contract exists for async work ([`Shield`]: a runner you spawn and a handle
 //! whose drop orphans the work), and [`Refresh`] builds a single-flight TTL cache on either.
 //!
+//! The other pieces:
+//!
+//! - [`Deadline`]: one absolute instant fixed at call entry that every wait spends:
+//!   [`Pool::run_within`] (the slot wait and the job), [`retry::Retry`] (attempts and
+//!   backoff sleeps), [`Deadline::run`] for any future. After expiry nothing new starts and
+//!   a late result is not returned as success. Expiry is *cooperative*: it is observed at
+//!   await points and at [`Deadline::check`] in blocking code, never by pre-empting a
+//!   thread. [`header::scrape_deadline`] derives one from Prometheus'
+//!   `X-Prometheus-Scrape-Timeout-Seconds`.
+//! - Load signals: every pool's [`Pool::demand`] (time-weighted holders + waiters, see
+//!   [`Demand`]) and [`KeyedGate`], per-key admission with atomic reject-when-busy.
+//! - [`operation::Operation`]: one duration observation per operation, `cancelled` when its
+//!   future is dropped, the clock started before the first queue.
+//!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
 //! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
 //! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
