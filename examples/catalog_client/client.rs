@@ -310,6 +310,12 @@ impl Client {
             .checkout(&inner.authority, deadline, &inner.spawn)
             .await?;
         let sender = conn.sender.as_mut().expect("a checked-out connection");
+        // A reused connection may still be finishing its previous response on its task:
+        // wait until it takes a new request (the attempt's deadline cuts this wait too).
+        sender
+            .ready()
+            .await
+            .map_err(|e| FetchError::Connection(e.to_string()))?;
         let request = Request::get(path)
             .header(header::HOST, inner.authority.as_str())
             .body(Empty::new())
