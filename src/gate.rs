@@ -117,6 +117,12 @@ impl Waiter {
     }
 }
 
+/// Wakes a waiter's task. A `Waker` is user code: a panic in it must neither unwind into
+/// the worker that releases a slot nor keep the other waiters from being woken.
+fn wake_quietly(waker: Waker) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+}
+
 /// The outcome of [`Gate::enqueue`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Enqueued {
@@ -242,7 +248,7 @@ impl Gate {
             }
         };
         if let Some(waker) = waker {
-            waker.wake();
+            wake_quietly(waker);
         }
         in_use
     }
@@ -286,7 +292,7 @@ impl Gate {
             wakers
         };
         for waker in wakers {
-            waker.wake();
+            wake_quietly(waker);
         }
         true
     }

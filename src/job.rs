@@ -84,10 +84,11 @@ where
     T: JobOutput,
 {
     fn run(self: Arc<Self>, worker: usize) {
+        // The slot goes back when this returns, or if anything below unwinds.
+        let _slot = SlotGuard(&self.shared);
         let job = lock(&self.state).job.take();
         let Some(job) = job else {
-            // Unreachable: a cell is dispatched once. Still give the slot back.
-            self.shared.finish_slot();
+            // Unreachable: a cell is dispatched once.
             return;
         };
         let started = Instant::now();
@@ -98,7 +99,10 @@ where
             Panicked::new(message)
         });
         let elapsed = started.elapsed();
-        self.shared.job_ended(worker, elapsed, classify(&result));
+        // `JobOutput::failure` may be user code: a panic in it counts as an error.
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| classify(&result))).unwrap_or(Classified::Error);
+        self.shared.job_ended(worker, elapsed, outcome);
 
         let mut state = lock(&self.state);
         match std::mem::replace(&mut state.slot, Slot::Taken) {
@@ -115,7 +119,15 @@ where
                 self.shared.report_orphan(result, elapsed);
             }
         }
-        self.shared.finish_slot();
+    }
+}
+
+/// Gives a job's slot back when dropped: after delivery, or while unwinding.
+struct SlotGuard<'a>(&'a Shared);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.0.finish_slot();
     }
 }
 

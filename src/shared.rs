@@ -165,7 +165,12 @@ impl Shared {
     /// admitted job is left.
     fn work(&self, index: usize) {
         while let Some(task) = self.next_task(index) {
-            task.run(index);
+            // `Task::run` contains the job's panic and gives its slot back even while
+            // unwinding; this keeps the worker alive if anything else it calls (a metrics
+            // recorder, a logger) panics.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run(index))).is_err() {
+                log::error!(target: "loopguard", "pool `{}`: a worker survived a panic outside its job", self.name);
+            }
         }
     }
 
@@ -345,15 +350,25 @@ impl Shared {
         result: Result<T, Panicked>,
         elapsed: Duration,
     ) {
-        let (kind, message) = match &result {
-            Err(panicked) => (ReportKind::Panicked, panicked.message().to_string()),
-            Ok(value) => match value.failure() {
-                Some(error) => (ReportKind::Failed, format!("{error:?}")),
-                None => {
-                    drop_quietly(result);
-                    return;
-                }
-            },
+        // `failure()` and the error's `Debug` are user code: a panic in them must not take
+        // the worker down or lose the report.
+        let described = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &result {
+            Err(panicked) => Some((ReportKind::Panicked, panicked.message().to_string())),
+            Ok(value) => value
+                .failure()
+                .map(|error| (ReportKind::Failed, format!("{error:?}"))),
+        }));
+        let (kind, message) = match described {
+            Ok(Some(described)) => described,
+            Ok(None) => {
+                drop_quietly(result);
+                return;
+            }
+            Err(payload) => {
+                drop_quietly(payload);
+                let message = "a failed output whose description panicked".to_string();
+                (ReportKind::Failed, message)
+            }
         };
         drop_quietly(result);
         self.stats.orphaned.fetch_add(1, Ordering::Relaxed);
@@ -435,13 +450,21 @@ impl Shared {
     fn watch(&self, threshold: Duration) {
         let interval = (threshold / 10).clamp(Duration::from_millis(5), Duration::from_secs(1));
         let mut reported = vec![0u64; self.workers.len()];
-        let mut guard = lock(&self.monitor.0);
-        // Only the workers count: the monitor's own thread is one of the live threads.
-        while self.live_threads.load(Ordering::Acquire) > 1 {
-            guard = match self.monitor.1.wait_timeout(guard, interval) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
+        let mut due = Vec::new();
+        loop {
+            {
+                let guard = lock(&self.monitor.0);
+                // Only the workers count: the monitor's own thread is one of the live threads.
+                if self.live_threads.load(Ordering::Acquire) <= 1 {
+                    return;
+                }
+                // The lock is released before any report: the handler is user code and may
+                // close the pool, which takes this lock.
+                drop(match self.monitor.1.wait_timeout(guard, interval) {
+                    Ok((guard, _)) => guard,
+                    Err(poisoned) => poisoned.into_inner().0,
+                });
+            }
             let now = Instant::now();
             for (worker, seen) in self.workers.iter().zip(reported.iter_mut()) {
                 let stamp = worker.started.load(Ordering::Acquire);
@@ -452,7 +475,15 @@ impl Shared {
                 let age = now.saturating_duration_since(started);
                 if age >= threshold {
                     *seen = stamp;
-                    self.report_stuck(age, threshold);
+                    due.push(age);
+                }
+            }
+            for age in due.drain(..) {
+                let reported = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.report_stuck(age, threshold)
+                }));
+                if reported.is_err() {
+                    log::error!(target: "loopguard", "pool `{}`: a stuck-job report panicked", self.name);
                 }
             }
         }
