@@ -24,6 +24,8 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
+use crate::sync::wake_quietly;
+
 #[cfg(loopguard_loom)]
 use loom::sync::{
     atomic::{AtomicU64, AtomicU8, Ordering},
@@ -115,12 +117,6 @@ impl Waiter {
         self.state.store(state, Ordering::Release);
         lock(&self.waker).take()
     }
-}
-
-/// Wakes a waiter's task. A `Waker` is user code: a panic in it must neither unwind into
-/// the worker that releases a slot nor keep the other waiters from being woken.
-fn wake_quietly(waker: Waker) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
 }
 
 /// The outcome of [`Gate::enqueue`].

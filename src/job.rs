@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::error::Panicked;
 use crate::outcome::JobOutput;
 use crate::shared::Shared;
-use crate::sync::{drop_quietly, lock, panic_message};
+use crate::sync::{drop_quietly, lock, panic_message, wake_quietly};
 
 /// Where the outcome of a job stands.
 enum Slot<T> {
@@ -111,7 +111,7 @@ where
                 drop(state);
                 if let Some(waker) = waker {
                     // A waker that panics must not take the worker down.
-                    let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+                    wake_quietly(waker);
                 }
             }
             _ => {

@@ -40,7 +40,9 @@ use std::time::Duration;
 use event_listener::{Event, EventListener};
 use futures_lite::Stream;
 
-use crate::sync::lock;
+use crate::error::Panicked;
+use crate::outcome::JobOutput;
+use crate::sync::{drop_quietly, lock};
 
 /// What went wrong with orphaned or stuck work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -517,4 +519,23 @@ impl Drop for OrphanReceiver {
             log_report(report);
         }
     }
+}
+
+/// What to report about an outcome nobody awaits: `None` when it is no failure. The
+/// outcome's `failure()` and its error's `Debug` are user code: a panic in them still yields
+/// a report rather than unwinding into a worker or losing the failure.
+pub(crate) fn describe_failure<T: JobOutput>(
+    result: &Result<T, Panicked>,
+) -> Option<(ReportKind, String)> {
+    let described = catch_unwind(AssertUnwindSafe(|| match result {
+        Err(panicked) => Some((ReportKind::Panicked, panicked.message().to_string())),
+        Ok(value) => value
+            .failure()
+            .map(|error| (ReportKind::Failed, format!("{error:?}"))),
+    }));
+    described.unwrap_or_else(|payload| {
+        drop_quietly(payload);
+        let message = "a failed output whose description panicked".to_string();
+        Some((ReportKind::Failed, message))
+    })
 }

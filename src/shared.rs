@@ -15,7 +15,7 @@ use crate::error::Panicked;
 use crate::gate::{Gate, WaiterRef};
 use crate::job::{Classified, Task};
 use crate::metrics::PoolMetrics;
-use crate::orphan::{OrphanHandler, Report, ReportKind};
+use crate::orphan::{describe_failure, OrphanHandler, Report, ReportKind};
 use crate::outcome::JobOutput;
 use crate::sync::{drop_quietly, lock};
 
@@ -350,25 +350,9 @@ impl Shared {
         result: Result<T, Panicked>,
         elapsed: Duration,
     ) {
-        // `failure()` and the error's `Debug` are user code: a panic in them must not take
-        // the worker down or lose the report.
-        let described = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &result {
-            Err(panicked) => Some((ReportKind::Panicked, panicked.message().to_string())),
-            Ok(value) => value
-                .failure()
-                .map(|error| (ReportKind::Failed, format!("{error:?}"))),
-        }));
-        let (kind, message) = match described {
-            Ok(Some(described)) => described,
-            Ok(None) => {
-                drop_quietly(result);
-                return;
-            }
-            Err(payload) => {
-                drop_quietly(payload);
-                let message = "a failed output whose description panicked".to_string();
-                (ReportKind::Failed, message)
-            }
+        let Some((kind, message)) = describe_failure(&result) else {
+            drop_quietly(result);
+            return;
         };
         drop_quietly(result);
         self.stats.orphaned.fetch_add(1, Ordering::Relaxed);

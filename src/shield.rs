@@ -37,9 +37,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::Panicked;
 use crate::metrics::ORPHANED_FAILURES_TOTAL;
-use crate::orphan::{OrphanHandler, Report, ReportKind};
+use crate::orphan::{describe_failure, OrphanHandler, Report};
 use crate::outcome::JobOutput;
-use crate::sync::{drop_quietly, lock, panic_message};
+use crate::sync::{drop_quietly, lock, panic_message, wake_quietly};
 
 /// Where orphaned async work reports its failures; see the [module docs](self).
 ///
@@ -182,15 +182,9 @@ impl Shield {
 
 impl Origin {
     fn report<T: JobOutput>(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        let (kind, message) = match &result {
-            Err(panicked) => (ReportKind::Panicked, panicked.message().to_string()),
-            Ok(value) => match value.failure() {
-                Some(error) => (ReportKind::Failed, format!("{error:?}")),
-                None => {
-                    drop_quietly(result);
-                    return;
-                }
-            },
+        let Some((kind, message)) = describe_failure(&result) else {
+            drop_quietly(result);
+            return;
         };
         drop_quietly(result);
         self.orphaned.fetch_add(1, Ordering::Relaxed);
@@ -241,7 +235,7 @@ impl<T: JobOutput> Cell<T> {
                 *slot = Slot::Ready(result, elapsed);
                 drop(slot);
                 if let Some(waker) = waker {
-                    let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+                    wake_quietly(waker);
                 }
             }
             _ => {
@@ -261,7 +255,7 @@ impl<T> Cell<T> {
                 *slot = Slot::RunnerDropped;
                 drop(slot);
                 if let Some(waker) = waker {
-                    let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+                    wake_quietly(waker);
                 }
             }
             other => *slot = other,

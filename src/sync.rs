@@ -26,3 +26,9 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 pub(crate) fn drop_quietly<T>(value: T) -> bool {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err()
 }
+
+/// Wakes a task. A `Waker` is user code: a panic in it must not unwind into a worker, a
+/// `Drop`, or a loop that still has other tasks to wake.
+pub(crate) fn wake_quietly(waker: std::task::Waker) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+}

@@ -66,13 +66,7 @@ fn start(config: Config, registry: Registry) -> Exporter {
 
 /// Runs `fut` on smol, failing the test if it takes longer than `PATIENCE`.
 fn run<T>(fut: impl Future<Output = T>) -> T {
-    smol::block_on(async {
-        futures_lite::future::or(fut, async {
-            smol::Timer::after(PATIENCE).await;
-            panic!("the test did not finish within {PATIENCE:?}")
-        })
-        .await
-    })
+    smol::block_on(common::bounded(PATIENCE, fut))
 }
 
 /// Waits until `cond` holds (checked every few milliseconds), failing after `PATIENCE`.

@@ -46,6 +46,7 @@ use std::time::Instant;
 
 use crate::demand::{DemandCore, DEFAULT_WINDOW};
 use crate::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+use crate::sync::wake_quietly;
 
 mod builder;
 mod permit;
@@ -152,7 +153,7 @@ impl<K: Hash + Eq> Inner<K> {
             })
         };
         if let Some(waker) = waker {
-            waker.wake();
+            wake_quietly(waker);
         }
     }
 
@@ -177,7 +178,7 @@ impl<K: Hash + Eq> Inner<K> {
             }
         };
         if let Some(waker) = waker {
-            waker.wake();
+            wake_quietly(waker);
         }
     }
 }
