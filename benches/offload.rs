@@ -22,7 +22,8 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use loopguard::{Deadline, Pool};
+use loopguard::deadline::Deadline;
+use loopguard::pool::Pool;
 
 /// The pool as an application builds it: every counter, histogram handle and orphan
 /// tracking on (the defaults), one worker per slot.

@@ -17,8 +17,8 @@
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
+use loopguard::deadline::{Deadline, Expired};
 use loopguard::retry::{Backoff, Retry};
-use loopguard::{Deadline, Expired};
 
 fn percentiles(mut samples: Vec<f64>) -> (f64, f64, f64) {
     samples.sort_by(f64::total_cmp);

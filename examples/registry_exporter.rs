@@ -64,10 +64,10 @@ fn parse(mut args: cli::Args) -> Result<Config, String> {
             other => return Err(format!("unknown flag `{other}`")),
         }
     }
-    if config.workers == 0 || config.workers > loopguard::MAX_WORKERS {
+    if config.workers == 0 || config.workers > loopguard::pool::MAX_WORKERS {
         return Err(format!(
             "--workers must be between 1 and {}",
-            loopguard::MAX_WORKERS
+            loopguard::pool::MAX_WORKERS
         ));
     }
     if config.scrape_budget.is_zero() {

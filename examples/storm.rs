@@ -78,10 +78,10 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
     if !(1..=2000).contains(&o.scrapes) {
         return Err("--scrapes must be between 1 and 2000".into());
     }
-    if o.workers == 0 || o.workers > loopguard::MAX_WORKERS {
+    if o.workers == 0 || o.workers > loopguard::pool::MAX_WORKERS {
         return Err(format!(
             "--workers must be between 1 and {}",
-            loopguard::MAX_WORKERS
+            loopguard::pool::MAX_WORKERS
         ));
     }
     if o.series > 10_000_000 {

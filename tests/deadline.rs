@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{assert_elapsed_near, ready_late, Counted};
 use futures_lite::future;
+use loopguard::deadline::{Deadline, Expired};
 use loopguard::deadline::{Sleep, Within};
-use loopguard::{Deadline, Expired};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{assert_close, MapRecorder};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
-use loopguard::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
+use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
 
 #[test]
 fn simultaneous_rejecting_callers_admit_exactly_one() {

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures_lite::future;
-use loopguard::metrics::{OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS};
+use loopguard::deadline::{Deadline, Expired};
 use loopguard::operation::{Classify, Operation, Outcome};
 use loopguard::retry::{AttemptError, Retry, RetryError};
-use loopguard::{Deadline, Expired};
+use loopguard::telemetry::{OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS};
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
@@ -97,7 +97,7 @@ fn recorder() -> &'static TestRecorder {
     RECORDER.get_or_init(|| {
         let leaked: &'static TestRecorder = Box::leak(Box::default());
         metrics::set_global_recorder(leaked).expect("no other recorder in this binary");
-        loopguard::metrics::describe_metrics();
+        loopguard::telemetry::describe_metrics();
         leaked
     })
 }

@@ -1,5 +1,5 @@
 //! Every file under `ops/` parses, and every `loopguard_*` metric it queries is one the
-//! crate publishes (a name constant in `src/metrics.rs`; `_bucket`, `_sum` and `_count`
+//! crate publishes (a name constant in `src/telemetry.rs`; `_bucket`, `_sum` and `_count`
 //! only on histograms).
 
 use std::collections::BTreeSet;
@@ -9,9 +9,9 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The published names, and which of them are histograms, read from `src/metrics.rs`.
+/// The published names, and which of them are histograms, read from `src/telemetry.rs`.
 fn published() -> (BTreeSet<String>, BTreeSet<String>) {
-    let source = std::fs::read_to_string(root().join("src/metrics.rs")).unwrap();
+    let source = std::fs::read_to_string(root().join("src/telemetry.rs")).unwrap();
     let mut consts = Vec::new();
     for line in source.lines() {
         let Some(rest) = line.trim().strip_prefix("pub const ") else {

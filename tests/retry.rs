@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{assert_elapsed_near, ready_late};
 use futures_lite::future;
+use loopguard::deadline::Deadline;
 use loopguard::retry::{AttemptError, Backoff, Retry, RetryError, Success};
-use loopguard::Deadline;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -1,5 +1,5 @@
 //! User code that misbehaves inside the pool's machinery (a panicking `Waker`, `Debug`
-//! impl, `JobOutput::failure`, or an orphan handler that closes the pool) kills no worker,
+//! impl, an output's `Drop`, or an orphan handler that closes the pool) kills no worker,
 //! leaks no slot, strands no waiter and never hangs `shutdown`.
 
 use std::fmt;
@@ -11,7 +11,9 @@ use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use futures_lite::future;
-use loopguard::{JobOutput, OrphanHandler, Pool, Report};
+use loopguard::orphan::{OrphanHandler, Report};
+use loopguard::pool::Pool;
+use loopguard::Fallible;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -144,10 +146,10 @@ fn an_orphaned_error_whose_debug_panics_is_still_reported_and_frees_its_slot() {
         .unwrap();
     let (tx, rx) = mpsc::channel::<()>();
     let job = pool
-        .try_run(move || {
+        .try_run(Fallible(move || {
             let _ = rx.recv();
             Err::<(), _>(BadDebug)
-        })
+        }))
         .unwrap();
     drop(job);
     tx.send(()).unwrap();
@@ -160,20 +162,32 @@ fn an_orphaned_error_whose_debug_panics_is_still_reported_and_frees_its_slot() {
     );
 }
 
-struct BadOutput;
+/// An output whose `Drop` panics: user code that runs on the worker when nobody takes it.
+struct BadDrop;
 
-impl JobOutput for BadOutput {
-    fn failure(&self) -> Option<&dyn fmt::Debug> {
-        panic!("failure boom")
+impl Drop for BadDrop {
+    fn drop(&mut self) {
+        panic!("drop boom")
     }
 }
 
 #[test]
-fn a_panicking_failure_impl_kills_no_worker() {
+fn a_panicking_output_drop_kills_no_worker() {
     let pool = pool(1);
-    let job = pool.try_run(|| BadOutput).unwrap();
-    assert!(within(LIMIT, job).is_some(), "the job was never delivered");
+    let (tx, rx) = mpsc::channel::<()>();
+    let job = pool
+        .try_run(move || {
+            let _ = rx.recv();
+            BadDrop
+        })
+        .unwrap();
+    drop(job);
+    tx.send(()).unwrap();
     assert!(within(LIMIT, pool.wait_idle()).is_some(), "slot leaked");
-    assert_eq!(within(LIMIT, pool.run(|| 4)), Some(Ok(4)));
-    assert_eq!(pool.stats().jobs_error, 1);
+    assert_eq!(
+        within(LIMIT, pool.run(|| 4)),
+        Some(Ok(4)),
+        "the worker died"
+    );
+    assert_eq!(pool.stats().jobs_ok, 2);
 }

@@ -15,9 +15,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{header, Request, Uri};
+use loopguard::deadline::Deadline;
 use loopguard::operation::{Classify, Measured, Operation, Outcome};
 use loopguard::retry::{Backoff, Retry, RetryError};
-use loopguard::Deadline;
 use smol_hyper::rt::FuturesIo;
 
 /// Spawns a connection's background future on the caller's executor.

@@ -36,9 +36,12 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
+use loopguard::deadline::Deadline;
 use loopguard::header::{scrape_deadline, SCRAPE_TIMEOUT_HEADER};
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::{Pool, RunError, TryRunError};
+use loopguard::refresh::Refresh;
 use loopguard::refresh::RefreshStats;
-use loopguard::{Deadline, OrphanHandler, Pool, Refresh, RunError, TryRunError};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use smol::net::{TcpListener, TcpStream};
 use smol::{LocalExecutor, Timer};
@@ -251,7 +254,7 @@ pub fn recorder() -> io::Result<PrometheusHandle> {
             .set_buckets(BUCKETS)
             .and_then(|b| b.install_recorder())
             .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
-        loopguard::metrics::describe_metrics();
+        loopguard::telemetry::describe_metrics();
         Ok(handle)
     });
     installed.clone().map_err(io::Error::other)
@@ -385,7 +388,7 @@ impl Shared {
     /// Runs one walk of `kind` off the loop, as the mode says. `wait` chooses `run` (wait
     /// for a slot) over `try_run` (fail fast). The walk's output is mapped by `then` on the
     /// worker thread.
-    async fn offload<T: loopguard::JobOutput>(
+    async fn offload<T: Send + 'static>(
         &self,
         kind: WalkKind,
         wait: bool,

@@ -245,12 +245,10 @@ struct PageStats {
     bytes: usize,
 }
 
-impl loopguard::JobOutput for PageStats {}
-
 impl PageStats {
     /// Reads the pool's series (label `pool="registry-serve"`) out of a rendering.
     fn read(rendering: String) -> PageStats {
-        use loopguard::metrics as m;
+        use loopguard::telemetry as m;
         let mut stats = PageStats {
             bytes: rendering.len(),
             ..PageStats::default()

@@ -45,8 +45,8 @@ use std::task::Waker;
 use std::time::Instant;
 
 use crate::demand::{DemandCore, DEFAULT_WINDOW};
-use crate::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
-use crate::sync::wake_quietly;
+use crate::sync::wake;
+use crate::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 
 mod builder;
 mod permit;
@@ -153,7 +153,7 @@ impl<K: Hash + Eq> Inner<K> {
             })
         };
         if let Some(waker) = waker {
-            wake_quietly(waker);
+            wake(waker);
         }
     }
 
@@ -178,7 +178,7 @@ impl<K: Hash + Eq> Inner<K> {
             }
         };
         if let Some(waker) = waker {
-            wake_quietly(waker);
+            wake(waker);
         }
     }
 }

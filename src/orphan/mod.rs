@@ -1,9 +1,11 @@
 //! One channel for failures nobody is waiting for.
 //!
-//! A [`Job`](crate::Job) handle that is dropped *orphans*
-//! its work: the work runs on, but nobody will see its outcome. If that outcome is a failure
-//! (a panic, or an `Err`), it is handed to the [`OrphanHandler`] of the pool exactly once.
-//! The same handler hears about jobs that run past the pool's stuck threshold.
+//! Dropping the handle of offloaded work (a [`Job`](crate::pool::Job), a
+//! [`Shielded`](crate::shield::Shielded)) *orphans* it: the work runs on, but nobody will
+//! see its outcome. If that outcome is a failure (a panic, or an `Err` of work marked
+//! [`Fallible`](crate::Fallible)), it is handed to the [`OrphanHandler`] of the pool or
+//! shield exactly once. The same handler hears about jobs that run past the pool's stuck
+//! threshold.
 //!
 //! Three forms of handler exist:
 //!
@@ -12,37 +14,39 @@
 //!   the smallest common denominator: `env_logger`, `simplelog` and `tracing` (through
 //!   `tracing-log`) all receive its records, and it adds one tiny dependency.
 //! - [`OrphanHandler::new()`], a `Send + Sync` closure. It runs on the thread that observes
-//!   the orphaned failure: the pool's worker thread when the job finishes after its `Job` was
-//!   dropped, or the thread that drops the `Job` when the job had already finished.
+//!   the orphaned failure: the pool's worker thread (or the shield's runner) when the work
+//!   finishes after its handle was dropped, or the thread that drops the handle when the
+//!   work had already finished.
 //! - [`OrphanHandler::channel()`], a bounded queue drained by a task on the application's own
 //!   loop through an [`OrphanReceiver`], like asyncio's loop exception handler. The task may
 //!   hold `!Send` state and run on a `LocalExecutor`. When the queue is full, reports are
 //!   dropped and counted ([`OrphanReceiver::dropped`]); once the receiver is gone, reports
-//!   fall back to the log handler so nothing is lost silently.
+//!   are logged instead, so nothing is lost silently.
 //!
-//! Whatever the form, a handler that panics is caught: the panic is logged, the worker goes
-//! on, and the job's slot is released as usual.
+//! # Panics in a handler
 //!
-//! Every orphaned failure is also counted by the pool ([`Pool::orphaned_failures`]) and in
-//! the `loopguard_orphaned_failures_total` metric, independent of the handler.
+//! A handler, and the logger behind [`OrphanHandler::log()`], is code loopguard does not
+//! own. A panic in it is caught where the handler is called: the report is then lost to
+//! that handler, but the worker goes on, the work's slot is released as usual, the failure
+//! is still counted, and the panic leaves a trace (see
+//! [`telemetry::contained_panics`](crate::telemetry::contained_panics)).
 //!
-//! [`Pool::orphaned_failures`]: crate::Pool::orphaned_failures
+//! Every orphaned failure is counted by its pool or shield
+//! ([`Pool::orphaned_failures`](crate::pool::Pool::orphaned_failures),
+//! [`Shield::orphaned_failures`](crate::shield::Shield::orphaned_failures)) before the
+//! handler is called, and in the `loopguard_orphaned_failures_total` metric after it.
 
-use std::collections::VecDeque;
+mod channel;
+mod reporter;
+
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use event_listener::{Event, EventListener};
-use futures_lite::Stream;
+use crate::sync::{contain, log_contained};
 
-use crate::error::Panicked;
-use crate::outcome::JobOutput;
-use crate::sync::{drop_quietly, lock};
+pub use self::channel::OrphanReceiver;
+pub(crate) use self::reporter::Reporter;
 
 /// What went wrong with orphaned or stuck work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,7 +67,9 @@ pub enum ReportKind {
 /// # Examples
 ///
 /// ```
-/// use loopguard::{OrphanHandler, Pool, ReportKind};
+/// use loopguard::orphan::{OrphanHandler, ReportKind};
+/// use loopguard::pool::Pool;
+/// use loopguard::Fallible;
 /// use std::sync::mpsc;
 ///
 /// let (tx, rx) = mpsc::channel();
@@ -75,7 +81,7 @@ pub enum ReportKind {
 ///     }))
 ///     .build()?;
 ///
-/// drop(pool.try_run(|| -> Result<(), String> { Err("disk full".into()) }));
+/// drop(pool.try_run(Fallible(|| -> Result<(), String> { Err("disk full".into()) })));
 /// let (kind, message) = rx.recv().unwrap();
 /// assert_eq!(kind, ReportKind::Failed);
 /// assert_eq!(message, "\"disk full\"");
@@ -109,7 +115,8 @@ impl Report {
     /// # Examples
     ///
     /// ```
-    /// # use loopguard::{OrphanHandler, Pool};
+    /// # use loopguard::orphan::OrphanHandler;
+    /// # use loopguard::pool::Pool;
     /// let pool = Pool::builder()
     ///     .name("walks")
     ///     .on_orphan(OrphanHandler::new(|report| assert_eq!(report.origin(), "walks")))
@@ -125,7 +132,7 @@ impl Report {
     /// # Examples
     ///
     /// ```
-    /// # use loopguard::{OrphanHandler, ReportKind};
+    /// # use loopguard::orphan::{OrphanHandler, ReportKind};
     /// let handler = OrphanHandler::new(|report| {
     ///     if report.kind() == ReportKind::Stuck {
     ///         eprintln!("still running: {report}");
@@ -141,7 +148,7 @@ impl Report {
     /// # Examples
     ///
     /// ```
-    /// # use loopguard::OrphanHandler;
+    /// # use loopguard::orphan::OrphanHandler;
     /// let handler = OrphanHandler::new(|report| eprintln!("{}", report.message()));
     /// ```
     pub fn message(&self) -> &str {
@@ -154,7 +161,7 @@ impl Report {
     /// # Examples
     ///
     /// ```
-    /// # use loopguard::OrphanHandler;
+    /// # use loopguard::orphan::OrphanHandler;
     /// let handler = OrphanHandler::new(|report| eprintln!("after {:?}", report.elapsed()));
     /// ```
     pub fn elapsed(&self) -> Duration {
@@ -190,7 +197,8 @@ type Callback = dyn Fn(&Report) + Send + Sync;
 /// # Examples
 ///
 /// ```
-/// use loopguard::{OrphanHandler, Pool};
+/// use loopguard::orphan::OrphanHandler;
+/// use loopguard::pool::Pool;
 ///
 /// let pool = Pool::builder()
 ///     .on_orphan(OrphanHandler::new(|report| eprintln!("{report}")))
@@ -206,7 +214,7 @@ pub struct OrphanHandler {
 enum HandlerKind {
     Log,
     Callback(Arc<Callback>),
-    Channel(Arc<Sender>),
+    Channel(channel::Sender),
 }
 
 impl Default for OrphanHandler {
@@ -235,7 +243,8 @@ impl OrphanHandler {
     /// # Examples
     ///
     /// ```
-    /// # use loopguard::{OrphanHandler, Pool};
+    /// # use loopguard::orphan::OrphanHandler;
+    /// # use loopguard::pool::Pool;
     /// let pool = Pool::builder().on_orphan(OrphanHandler::log()).build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -251,7 +260,7 @@ impl OrphanHandler {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::OrphanHandler;
+    /// use loopguard::orphan::OrphanHandler;
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::sync::Arc;
     ///
@@ -277,265 +286,45 @@ impl OrphanHandler {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::{OrphanHandler, Pool};
+    /// use loopguard::orphan::OrphanHandler;
+    /// use loopguard::pool::Pool;
+    /// use loopguard::Fallible;
     ///
     /// # futures_lite::future::block_on(async {
     /// let (handler, mut reports) = OrphanHandler::channel(64);
     /// let pool = Pool::builder().on_orphan(handler).build()?;
     ///
-    /// drop(pool.try_run(|| -> Result<u32, &str> { Err("no route") }));
+    /// drop(pool.try_run(Fallible(|| -> Result<u32, &str> { Err("no route") })));
     /// let report = reports.recv().await.expect("a report");
     /// assert_eq!(report.message(), "\"no route\"");
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
     pub fn channel(capacity: usize) -> (OrphanHandler, OrphanReceiver) {
-        let shared = Arc::new(ChannelShared {
-            queue: std::sync::Mutex::new(VecDeque::new()),
-            capacity: capacity.max(1),
-            dropped: AtomicU64::new(0),
-            senders_gone: AtomicBool::new(false),
-            receiver_gone: AtomicBool::new(false),
-            event: Event::new(),
-        });
+        let (sender, receiver) = channel::bounded(capacity.max(1));
         let handler = OrphanHandler {
-            kind: HandlerKind::Channel(Arc::new(Sender {
-                shared: shared.clone(),
-            })),
-        };
-        let receiver = OrphanReceiver {
-            shared,
-            listener: None,
+            kind: HandlerKind::Channel(sender),
         };
         (handler, receiver)
     }
 
-    /// Delivers one report. Never panics, never blocks on the receiver.
+    /// Delivers one report on the calling thread. Never panics (user code is contained),
+    /// never blocks on the receiver.
     pub(crate) fn report(&self, report: Report) {
         match &self.kind {
             HandlerKind::Log => log_report(&report),
             HandlerKind::Callback(f) => {
-                if catch_unwind(AssertUnwindSafe(|| f(&report))).is_err() {
-                    log::error!(target: "loopguard", "orphan handler panicked while handling: {report}");
-                }
+                contain("an orphan handler", || f(&report));
             }
-            HandlerKind::Channel(sender) => sender.shared.push(report),
+            HandlerKind::Channel(sender) => sender.push(report),
         }
     }
 }
 
-fn log_report(report: &Report) {
+/// Logs a report, at `warn` for a stuck job and `error` for a failure.
+pub(crate) fn log_report(report: &Report) {
     match report.kind {
-        ReportKind::Stuck => log::warn!(target: "loopguard", "{report}"),
-        _ => log::error!(target: "loopguard", "{report}"),
-    }
-}
-
-struct ChannelShared {
-    queue: std::sync::Mutex<VecDeque<Report>>,
-    capacity: usize,
-    dropped: AtomicU64,
-    senders_gone: AtomicBool,
-    receiver_gone: AtomicBool,
-    event: Event,
-}
-
-impl ChannelShared {
-    fn push(&self, report: Report) {
-        if self.receiver_gone.load(Ordering::Acquire) {
-            log_report(&report);
-            return;
-        }
-        {
-            let mut queue = lock(&self.queue);
-            if queue.len() >= self.capacity {
-                drop(queue);
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            queue.push_back(report);
-        }
-        self.event.notify(1);
-    }
-}
-
-/// The sending side; the last clone to go closes the channel.
-struct Sender {
-    shared: Arc<ChannelShared>,
-}
-
-impl Drop for Sender {
-    fn drop(&mut self) {
-        self.shared.senders_gone.store(true, Ordering::Release);
-        self.shared.event.notify(usize::MAX);
-    }
-}
-
-/// The loop side of [`OrphanHandler::channel`]: an async receiver and a [`Stream`] of
-/// [`Report`]s.
-///
-/// The stream ends once every clone of the handler is gone (every pool and shield using it
-/// was dropped) and the queue is drained.
-///
-/// # Examples
-///
-/// ```
-/// use futures_lite::StreamExt;
-/// use loopguard::{OrphanHandler, Pool};
-///
-/// # futures_lite::future::block_on(async {
-/// let (handler, mut reports) = OrphanHandler::channel(16);
-/// let pool = Pool::builder().on_orphan(handler).build()?;
-/// drop(pool.try_run(|| -> u32 { panic!("walk failed") }));
-/// let report = reports.next().await.unwrap();
-/// assert_eq!(report.message(), "walk failed");
-/// # Ok::<(), std::io::Error>(())
-/// # }).unwrap();
-/// ```
-pub struct OrphanReceiver {
-    shared: Arc<ChannelShared>,
-    listener: Option<EventListener>,
-}
-
-impl fmt::Debug for OrphanReceiver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OrphanReceiver")
-            .field("queued", &self.len())
-            .field("capacity", &self.shared.capacity)
-            .field("dropped", &self.dropped())
-            .finish()
-    }
-}
-
-impl OrphanReceiver {
-    /// Takes a queued report without waiting.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_handler, mut reports) = loopguard::OrphanHandler::channel(4);
-    /// assert!(reports.try_recv().is_none());
-    /// ```
-    pub fn try_recv(&mut self) -> Option<Report> {
-        lock(&self.shared.queue).pop_front()
-    }
-
-    /// Waits for the next report. Resolves to `None` once every handler clone is gone and
-    /// the queue is empty.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: a report is only taken from the queue when the future resolves.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # futures_lite::future::block_on(async {
-    /// let (handler, mut reports) = loopguard::OrphanHandler::channel(4);
-    /// drop(handler);
-    /// assert!(reports.recv().await.is_none());
-    /// # });
-    /// ```
-    pub async fn recv(&mut self) -> Option<Report> {
-        futures_lite::future::poll_fn(|cx| self.poll_recv(cx)).await
-    }
-
-    /// How many reports are queued now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_handler, reports) = loopguard::OrphanHandler::channel(4);
-    /// assert_eq!(reports.len(), 0);
-    /// ```
-    pub fn len(&self) -> usize {
-        lock(&self.shared.queue).len()
-    }
-
-    /// Whether no report is queued now.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_handler, reports) = loopguard::OrphanHandler::channel(4);
-    /// assert!(reports.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// How many reports were dropped because the queue was full.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (_handler, reports) = loopguard::OrphanHandler::channel(4);
-    /// assert_eq!(reports.dropped(), 0);
-    /// ```
-    pub fn dropped(&self) -> u64 {
-        self.shared.dropped.load(Ordering::Relaxed)
-    }
-
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Report>> {
-        loop {
-            if let Some(report) = self.try_recv() {
-                self.listener = None;
-                return Poll::Ready(Some(report));
-            }
-            if self.shared.senders_gone.load(Ordering::Acquire) {
-                // A last report may have been pushed just before the flag was set.
-                let last = self.try_recv();
-                self.listener = None;
-                return Poll::Ready(last);
-            }
-            match self.listener.as_mut() {
-                None => self.listener = Some(self.shared.event.listen()),
-                Some(listener) => {
-                    if Pin::new(listener).poll(cx).is_pending() {
-                        return Poll::Pending;
-                    }
-                    self.listener = None;
-                }
-            }
-        }
-    }
-}
-
-use std::future::Future as _;
-
-impl Stream for OrphanReceiver {
-    type Item = Report;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Report>> {
-        self.get_mut().poll_recv(cx)
-    }
-}
-
-impl Drop for OrphanReceiver {
-    fn drop(&mut self) {
-        self.shared.receiver_gone.store(true, Ordering::Release);
-        let left: Vec<Report> = lock(&self.shared.queue).drain(..).collect();
-        for report in &left {
-            log_report(report);
-        }
-    }
-}
-
-/// What to report about an outcome nobody awaits: `None` when it is no failure. The
-/// outcome's `failure()` and its error's `Debug` are user code: a panic in them still yields
-/// a report rather than unwinding into a worker or losing the failure.
-pub(crate) fn describe_failure<T: JobOutput>(
-    result: &Result<T, Panicked>,
-) -> Option<(ReportKind, String)> {
-    let described = catch_unwind(AssertUnwindSafe(|| match result {
-        Err(panicked) => Some((ReportKind::Panicked, panicked.message().to_string())),
-        Ok(value) => value
-            .failure()
-            .map(|error| (ReportKind::Failed, format!("{error:?}"))),
-    }));
-    described.unwrap_or_else(|payload| {
-        drop_quietly(payload);
-        let message = "a failed output whose description panicked".to_string();
-        Some((ReportKind::Failed, message))
-    })
+        ReportKind::Stuck => log_contained!(warn, "{report}"),
+        _ => log_contained!(error, "{report}"),
+    };
 }

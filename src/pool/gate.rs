@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::sync::wake_quietly;
+use crate::sync::wake;
 
 #[cfg(loopguard_loom)]
 use loom::sync::{
@@ -244,7 +244,7 @@ impl Gate {
             }
         };
         if let Some(waker) = waker {
-            wake_quietly(waker);
+            wake(waker);
         }
         in_use
     }
@@ -288,7 +288,7 @@ impl Gate {
             wakers
         };
         for waker in wakers {
-            wake_quietly(waker);
+            wake(waker);
         }
         true
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use futures_lite::FutureExt;
 
-use crate::error::Panicked;
+use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
 use crate::sync::{lock, panic_message};
 

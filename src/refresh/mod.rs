@@ -39,10 +39,10 @@
 //! [`REFRESH_RUNS_TOTAL`] (also `outcome` = `ok` / `error`), [`REFRESH_HITS_TOTAL`],
 //! [`REFRESH_JOINS_TOTAL`], [`REFRESH_EXPIRED_WAITS_TOTAL`].
 //!
-//! [`REFRESH_RUNS_TOTAL`]: crate::metrics::REFRESH_RUNS_TOTAL
-//! [`REFRESH_HITS_TOTAL`]: crate::metrics::REFRESH_HITS_TOTAL
-//! [`REFRESH_JOINS_TOTAL`]: crate::metrics::REFRESH_JOINS_TOTAL
-//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::metrics::REFRESH_EXPIRED_WAITS_TOTAL
+//! [`REFRESH_RUNS_TOTAL`]: crate::telemetry::REFRESH_RUNS_TOTAL
+//! [`REFRESH_HITS_TOTAL`]: crate::telemetry::REFRESH_HITS_TOTAL
+//! [`REFRESH_JOINS_TOTAL`]: crate::telemetry::REFRESH_JOINS_TOTAL
+//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::telemetry::REFRESH_EXPIRED_WAITS_TOTAL
 
 mod builder;
 mod error;
@@ -56,8 +56,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
-use crate::error::RunError;
-use crate::pool::Pool;
+use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
 use crate::sync::lock;
 
@@ -96,7 +95,9 @@ enum Step<T, E> {
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Deadline, Pool, Refresh};
+/// use loopguard::deadline::Deadline;
+/// use loopguard::pool::Pool;
+/// use loopguard::refresh::Refresh;
 /// use std::time::Duration;
 ///
 /// # futures_lite::future::block_on(async {
@@ -155,8 +156,8 @@ impl Refresh<(), ()> {
     /// # Examples
     ///
     /// ```
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// let cache = loopguard::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// let cache = loopguard::refresh::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
     /// assert_eq!(cache.name(), "sizes");
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -208,8 +209,9 @@ where
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// use loopguard::{Deadline, Refresh};
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
     /// let cache = Refresh::builder("warm").on_pool(&pool, || Ok::<u8, String>(1));
     /// cache.refresh(Deadline::never()).await.unwrap();
     /// cache.refresh(Deadline::never()).await.unwrap();
@@ -261,8 +263,9 @@ where
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// use loopguard::{Deadline, Refresh};
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
     /// use std::time::{Duration, Instant};
     ///
     /// let ttl = Duration::from_secs(10);
@@ -355,8 +358,7 @@ where
                     Ok(Err(RunError::Panicked(panicked))) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
-                        pool.shared()
-                            .report_orphan::<()>(Err(panicked), submitted.elapsed());
+                        pool.report_panic(panicked, submitted.elapsed());
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
@@ -370,7 +372,7 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
-                        shield.report::<()>(Err(panicked), submitted.elapsed());
+                        shield.report_panic(panicked, submitted.elapsed());
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
