@@ -13,7 +13,7 @@
 mod builder;
 mod core;
 mod error;
-mod gate;
+pub(crate) mod gate;
 mod job;
 mod monitor;
 mod run;
