@@ -190,7 +190,10 @@ def main():
             validate(doc, f"{path.relative_to(ROOT)}[{i}] {doc.get('kind')}/{doc.get('metadata', {}).get('name')}")
             docs.append(doc)
     print(f"validated {len(docs)} manifests (Kubernetes {KUBERNETES_VERSION} schemas, strict; CRD models)")
-    query = contracts(docs)
+    try:
+        query = contracts(docs)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        query = check(False, f"a manifest lacks what the contracts read: {type(err).__name__}: {err}")
     if query:
         print(f"KEDA query: {query}")
     print(f"check_manifests: {passed} passed, {failed} failed")

@@ -13,7 +13,6 @@ Run from the repository root with a python that has PyYAML: `python .ci/ops/chec
 Ends with a line "check_rules: N passed, N failed".
 """
 
-import json
 import pathlib
 import re
 import subprocess
@@ -22,20 +21,11 @@ import tempfile
 
 import yaml
 
+import dashboard
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "ops" / "prometheus"
 TESTS_DIR = RULES_DIR / "tests"
-DASHBOARD = ROOT / "ops" / "grafana" / "loopguard-dashboard.json"
-
-# Grafana's variables, replaced by values Prometheus accepts.
-GRAFANA_VARS = {
-    "$__rate_interval": "1m",
-    "$__interval": "15s",
-    "$__range": "1h",
-    "$pool": ".+",
-    "$instance": ".+",
-}
-
 passed, failed = 0, 0
 
 
@@ -122,40 +112,8 @@ def check_annotations(alerts):
         check(rule.get("labels", {}).get("severity") in {"info", "warning", "critical"}, f"{name} has a severity")
 
 
-def dashboard_exprs():
-    doc = json.loads(DASHBOARD.read_text())
-    out = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            for key, v in value.items():
-                if key in ("expr", "query") and isinstance(v, str):
-                    out.append(v)
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(doc.get("panels", []))
-    for var in doc.get("templating", {}).get("list", []):
-        query = var.get("query")
-        if var.get("type") != "query" or not isinstance(query, str):
-            continue
-        # label_values(SELECTOR, label) is Grafana's; the selector is PromQL.
-        m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", query, re.S)
-        out.append(m.group(1) if m else query)
-    return out
-
-
-def substitute(expr):
-    for var, value in sorted(GRAFANA_VARS.items(), key=lambda kv: -len(kv[0])):
-        expr = expr.replace(var, value)
-    return expr
-
-
 def check_dashboard():
-    exprs = [substitute(e) for e in dashboard_exprs()]
+    exprs = dashboard.exprs()
     check(len(exprs) >= 20, f"the dashboard has its expressions ({len(exprs)} found)")
     left = [e for e in exprs if "$" in e]
     check(not left, f"every template variable is substituted: {left}")
