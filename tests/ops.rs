@@ -73,7 +73,10 @@ fn metric_tokens(text: &str) -> BTreeSet<String> {
             .take_while(|(_, c)| name_char(*c))
             .last()
             .map_or(at, |(i, _)| i);
-        let token: String = text[start..].chars().take_while(|c| name_char(*c)).collect();
+        let token: String = text[start..]
+            .chars()
+            .take_while(|c| name_char(*c))
+            .collect();
         // A colon that ends a word (`loopguard_pool:` in prose) is not part of a name.
         found.insert(token.trim_matches(':').to_string());
     }
@@ -85,7 +88,10 @@ fn recorded() -> BTreeSet<String> {
     let mut all = Vec::new();
     files(&root().join("ops/prometheus"), &mut all);
     let mut names = BTreeSet::new();
-    for path in all.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+    for path in all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+    {
         let text = std::fs::read_to_string(path).unwrap();
         for line in text.lines() {
             if let Some(name) = line.trim().trim_start_matches("- ").strip_prefix("record:") {
@@ -125,9 +131,7 @@ fn yaml_queries(text: &str) -> Vec<String> {
             .trim_start()
             .trim_start_matches("- ")
             .split_once(':')
-            .filter(|(key, _)| {
-                matches!(*key, "expr" | "query" | "record" | "series" | "labels")
-            });
+            .filter(|(key, _)| matches!(*key, "expr" | "query" | "record" | "series" | "labels"));
         i += 1;
         let Some((_, value)) = field else { continue };
         let value = value.trim();
