@@ -424,7 +424,7 @@ def overloaded(binary):
             "caller_503_p99_ms": round(1000 * refused_503[int(0.99 * (len(refused_503) - 1))], 1) if refused_503 else None,
             "rejected_total": rejected, "capacity": capacity, "demand_avg_max": round(demand, 3),
             "offered_load": round(offered, 3), "offered_over_capacity": round(offered / capacity, 3),
-            "keda_query": round(keda, 3), "keda_replicas_for_this_pod": math.ceil(keda / threshold),
+            "keda_query": round(keda, 3), "keda_replicas_for_this_pod": None if math.isnan(keda) else math.ceil(keda / threshold),
             "alerts": alerts, "jobs": durations,
         }
     finally:
