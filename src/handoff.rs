@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::failure::{Classify, Panicked};
+use crate::failure::{Classifier, Panicked};
 use crate::orphan::Reporter;
 use crate::sync::{lock, wake};
 
@@ -52,13 +52,13 @@ pub(crate) enum Taken<T> {
 /// One outcome's hand-off; see the [module docs](self).
 pub(crate) struct Handoff<T> {
     stage: Mutex<Stage<T>>,
-    classify: Classify<T>,
+    classify: Classifier<T>,
     reporter: Arc<Reporter>,
 }
 
 impl<T> Handoff<T> {
     /// A hand-off whose failures (as `classify` sees them) go to `reporter` when orphaned.
-    pub(crate) fn new(classify: Classify<T>, reporter: Arc<Reporter>) -> Handoff<T> {
+    pub(crate) fn new(classify: Classifier<T>, reporter: Arc<Reporter>) -> Handoff<T> {
         Handoff {
             stage: Mutex::new(Stage::Running(None)),
             classify,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::core::Core;
 use super::workers::Task;
-use crate::failure::{self, Classify, Fallible, Panicked};
+use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::{drop_quietly, lock, panic_message};
 use crate::telemetry::JobOutcome;
@@ -63,7 +63,7 @@ pub trait IntoJob<T>: sealed::Sealed + Send + 'static {
     fn run_job(self) -> T;
 
     #[doc(hidden)]
-    fn classify() -> Classify<T>;
+    fn classify() -> Classifier<T>;
 }
 
 impl<F, T> sealed::Sealed for F
@@ -82,7 +82,7 @@ where
         self()
     }
 
-    fn classify() -> Classify<T> {
+    fn classify() -> Classifier<T> {
         failure::never::<T>
     }
 }
@@ -99,7 +99,7 @@ where
         (self.0)()
     }
 
-    fn classify() -> Classify<Result<T, E>> {
+    fn classify() -> Classifier<Result<T, E>> {
         failure::when_err::<T, E>
     }
 }

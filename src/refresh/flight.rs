@@ -59,7 +59,7 @@ pub(crate) struct Done<V> {
     pub(crate) value: V,
 }
 
-pub(crate) struct State<T, E> {
+pub(crate) struct CacheState<T, E> {
     /// The last successful collection.
     pub(crate) success: Option<Done<T>>,
     /// The last failed collection.
@@ -70,11 +70,11 @@ pub(crate) struct State<T, E> {
 }
 
 /// What the latest finished collection left in the cache.
-pub(crate) type Outcome<T, E> = Result<(T, Instant), Failure<E>>;
+pub(crate) type Cached<T, E> = Result<(T, Instant), Failure<E>>;
 
-impl<T: Clone, E: Clone> State<T, E> {
-    pub(crate) fn new() -> State<T, E> {
-        State {
+impl<T: Clone, E: Clone> CacheState<T, E> {
+    pub(crate) fn new() -> CacheState<T, E> {
+        CacheState {
             success: None,
             failure: None,
             in_flight: None,
@@ -83,7 +83,7 @@ impl<T: Clone, E: Clone> State<T, E> {
     }
 
     /// The outcome of the newest finished collection if it is generation `gen` or newer.
-    pub(crate) fn outcome_since(&self, gen: u64) -> Option<Outcome<T, E>> {
+    pub(crate) fn outcome_since(&self, gen: u64) -> Option<Cached<T, E>> {
         let success_gen = self.success.as_ref().map_or(0, |d| d.gen);
         let failure_gen = self.failure.as_ref().map_or(0, |d| d.gen);
         match (&self.success, &self.failure) {
@@ -103,7 +103,7 @@ impl<T: Clone, E: Clone> State<T, E> {
         now: Instant,
         ttl: Duration,
         failure_ttl: Duration,
-    ) -> Option<Outcome<T, E>> {
+    ) -> Option<Cached<T, E>> {
         let fresh = |started: Instant, ttl: Duration| now.saturating_duration_since(started) < ttl;
         let outcome = self.outcome_since(1)?;
         match &outcome {
@@ -118,8 +118,8 @@ impl<T: Clone, E: Clone> State<T, E> {
 }
 
 /// The shared part of a cache the flight needs.
-pub(crate) struct Core<T, E> {
-    pub(crate) state: Mutex<State<T, E>>,
+pub(crate) struct CacheCore<T, E> {
+    pub(crate) state: Mutex<CacheState<T, E>>,
     pub(crate) event: Event,
     pub(crate) counters: Counters,
 }
@@ -127,7 +127,7 @@ pub(crate) struct Core<T, E> {
 /// Carried by a running collection; stores its outcome, or, if dropped without one, gives
 /// the flight up so that a waiter can start another.
 pub(crate) struct Flight<T, E> {
-    pub(crate) core: Arc<Core<T, E>>,
+    pub(crate) core: Arc<CacheCore<T, E>>,
     pub(crate) gen: u64,
 }
 

@@ -62,7 +62,7 @@ use crate::sync::lock;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{bump, run_async, run_blocking, Core, Flight};
+use self::flight::{bump, run_async, run_blocking, CacheCore, Flight};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -82,7 +82,7 @@ enum Source<T, E> {
 
 /// What one look at the state decided.
 enum Step<T, E> {
-    Hit(flight::Outcome<T, E>),
+    Hit(flight::Cached<T, E>),
     Join(u64, event_listener::EventListener),
     Start(u64),
 }
@@ -116,14 +116,14 @@ enum Step<T, E> {
 /// # }).unwrap();
 /// ```
 pub struct Refresh<T, E> {
-    inner: Arc<Inner<T, E>>,
+    inner: Arc<Cache<T, E>>,
 }
 
-struct Inner<T, E> {
+struct Cache<T, E> {
     name: Arc<str>,
     ttl: Duration,
     failure_ttl: Duration,
-    core: Arc<Core<T, E>>,
+    core: Arc<CacheCore<T, E>>,
     source: Source<T, E>,
 }
 
@@ -436,13 +436,13 @@ impl<T, E> Refresh<T, E> {
 /// Builds the cache from a finished builder.
 fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
-    let core = Arc::new(Core {
-        state: std::sync::Mutex::new(flight::State::new()),
+    let core = Arc::new(CacheCore {
+        state: std::sync::Mutex::new(flight::CacheState::new()),
         event: event_listener::Event::new(),
         counters: builder::register(&name),
     });
     Refresh {
-        inner: Arc::new(Inner {
+        inner: Arc::new(Cache {
             name,
             ttl,
             failure_ttl,
