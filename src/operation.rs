@@ -59,7 +59,7 @@ use ::metrics::{Gauge, Histogram, SharedString};
 use crate::deadline::Expired;
 use crate::retry::RetryError;
 use crate::telemetry::{
-    LABEL_OPERATION, LABEL_OUTCOME, OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS,
+    LABEL_OPERATION, LABEL_OUTCOME, OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT,
 };
 
 /// How an operation ended: the `outcome` label of

@@ -7,7 +7,7 @@
 //! worker loop, a `Drop`, or a hand-off that still has work to do, and it leaves a trace:
 //! [`trace_panic`] writes one line to stderr, which needs no user code at all.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

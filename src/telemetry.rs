@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::metrics::{
-    describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
+    Counter, Gauge, Histogram, Unit, describe_counter, describe_gauge, describe_histogram,
 };
 
-use crate::sync::{contain, CONTAINED};
+use crate::sync::{CONTAINED, contain};
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";

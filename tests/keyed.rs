@@ -2,11 +2,11 @@
 
 mod common;
 
-use std::sync::{mpsc, Barrier};
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{assert_close, MapRecorder};
+use common::{MapRecorder, assert_close};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
 use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};

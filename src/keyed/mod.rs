@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::demand::{DemandCore, DEFAULT_WINDOW};
+use crate::demand::{DEFAULT_WINDOW, DemandCore};
 use crate::sync::wake;
 use crate::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::{KeyedGate, KeyWaiter};
+use super::{KeyWaiter, KeyedGate};
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///

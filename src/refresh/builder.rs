@@ -1,12 +1,12 @@
 //! `RefreshBuilder`: a cache's name, TTLs and where its collections run.
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use super::flight::Counters;
-use super::{assemble, BoxFuture, CollectionRunner, Refresh, Source};
+use super::{BoxFuture, CollectionRunner, Refresh, Source, assemble};
 use crate::pool::Pool;
 use crate::shield::Shield;
 use crate::telemetry::{

@@ -9,7 +9,7 @@
 //! a new collection within its own deadline.
 
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ impl<E> From<Failure<E>> for RefreshError<E> {
 
 /// One finished collection: its generation, when it started, what it produced.
 pub(crate) struct Done<V> {
-    pub(crate) gen: u64,
+    pub(crate) generation: u64,
     pub(crate) started: Instant,
     pub(crate) value: V,
 }
@@ -83,14 +83,16 @@ impl<T: Clone, E: Clone> CacheState<T, E> {
     }
 
     /// The outcome of the newest finished collection if it is generation `gen` or newer.
-    pub(crate) fn outcome_since(&self, gen: u64) -> Option<Cached<T, E>> {
-        let success_gen = self.success.as_ref().map_or(0, |d| d.gen);
-        let failure_gen = self.failure.as_ref().map_or(0, |d| d.gen);
+    pub(crate) fn outcome_since(&self, generation: u64) -> Option<Cached<T, E>> {
+        let success_gen = self.success.as_ref().map_or(0, |d| d.generation);
+        let failure_gen = self.failure.as_ref().map_or(0, |d| d.generation);
         match (&self.success, &self.failure) {
-            (Some(s), _) if s.gen >= gen && success_gen > failure_gen => {
+            (Some(s), _) if s.generation >= generation && success_gen > failure_gen => {
                 Some(Ok((s.value.clone(), s.started)))
             }
-            (_, Some(f)) if f.gen >= gen && failure_gen > success_gen => Some(Err(f.value.clone())),
+            (_, Some(f)) if f.generation >= generation && failure_gen > success_gen => {
+                Some(Err(f.value.clone()))
+            }
             _ => None,
         }
     }
@@ -128,7 +130,7 @@ pub(crate) struct CacheCore<T, E> {
 /// the flight up so that a waiter can start another.
 pub(crate) struct Flight<T, E> {
     pub(crate) core: Arc<CacheCore<T, E>>,
-    pub(crate) gen: u64,
+    pub(crate) generation: u64,
 }
 
 impl<T, E> Flight<T, E> {
@@ -136,21 +138,21 @@ impl<T, E> Flight<T, E> {
         let ok = result.is_ok();
         {
             let mut state = lock(&self.core.state);
-            if state.in_flight == Some(self.gen) {
+            if state.in_flight == Some(self.generation) {
                 state.in_flight = None;
             }
-            let gen = self.gen;
+            let generation = self.generation;
             match result {
                 Ok(value) => {
                     state.success = Some(Done {
-                        gen,
+                        generation,
                         started,
                         value,
                     })
                 }
                 Err(value) => {
                     state.failure = Some(Done {
-                        gen,
+                        generation,
                         started,
                         value,
                     })
@@ -167,7 +169,7 @@ impl<T, E> Drop for Flight<T, E> {
     fn drop(&mut self) {
         let gave_up = {
             let mut state = lock(&self.core.state);
-            let mine = state.in_flight == Some(self.gen);
+            let mine = state.in_flight == Some(self.generation);
             if mine {
                 state.in_flight = None;
             }

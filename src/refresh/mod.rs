@@ -51,8 +51,8 @@ mod flight;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
@@ -62,7 +62,7 @@ use crate::sync::lock;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{bump, run_async, run_blocking, CacheCore, Flight};
+use self::flight::{CacheCore, Flight, bump, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -305,34 +305,34 @@ where
                     Some(outcome) if !force => Step::Hit(outcome),
                     _ => match state.in_flight {
                         // Listening under the lock: the outcome cannot slip in unnoticed.
-                        Some(gen) => Step::Join(gen, core.event.listen()),
+                        Some(generation) => Step::Join(generation, core.event.listen()),
                         None => {
-                            let gen = state.next_gen;
+                            let generation = state.next_gen;
                             state.next_gen += 1;
-                            state.in_flight = Some(gen);
-                            Step::Start(gen)
+                            state.in_flight = Some(generation);
+                            Step::Start(generation)
                         }
                     },
                 }
             };
-            let (gen, listener) = match step {
+            let (generation, listener) = match step {
                 Step::Hit(outcome) => {
                     bump(&core.counters.hits);
                     return outcome.map_err(RefreshError::from);
                 }
-                Step::Start(gen) => return self.start(gen, deadline).await,
-                Step::Join(gen, listener) => {
+                Step::Start(generation) => return self.start(generation, deadline).await,
+                Step::Join(generation, listener) => {
                     if !joined {
                         joined = true;
                         bump(&core.counters.joins);
                     }
-                    (gen, listener)
+                    (generation, listener)
                 }
             };
             if deadline.run(listener).await.is_err() {
                 return Err(self.expired());
             }
-            if let Some(outcome) = lock(&core.state).outcome_since(gen) {
+            if let Some(outcome) = lock(&core.state).outcome_since(generation) {
                 return outcome.map_err(RefreshError::from);
             }
             // The flight was given up without an outcome: look again, maybe start one.
@@ -340,10 +340,14 @@ where
     }
 
     /// Starts collection `gen` (already marked in flight) and waits for it within `deadline`.
-    async fn start(&self, gen: u64, deadline: Deadline) -> Result<(T, Instant), RefreshError<E>> {
+    async fn start(
+        &self,
+        generation: u64,
+        deadline: Deadline,
+    ) -> Result<(T, Instant), RefreshError<E>> {
         let flight = Flight {
             core: self.inner.core.clone(),
-            gen,
+            generation,
         };
         let submitted = Instant::now();
         match &self.inner.source {
@@ -379,7 +383,7 @@ where
             }
         }
         // The collection stored its outcome before its job or runner finished.
-        match lock(&self.inner.core.state).outcome_since(gen) {
+        match lock(&self.inner.core.state).outcome_since(generation) {
             Some(outcome) => outcome.map_err(RefreshError::from),
             None => Err(RefreshError::Closed),
         }
@@ -409,8 +413,8 @@ impl<T, E> Refresh<T, E> {
     /// See [`Refresh::peek_at`].
     pub fn last_started(&self) -> Option<Instant> {
         let state = lock(&self.inner.core.state);
-        let s = state.success.as_ref().map(|d| (d.gen, d.started));
-        let f = state.failure.as_ref().map(|d| (d.gen, d.started));
+        let s = state.success.as_ref().map(|d| (d.generation, d.started));
+        let f = state.failure.as_ref().map(|d| (d.generation, d.started));
         s.max(f).map(|(_, started)| started)
     }
 

@@ -530,7 +530,7 @@ where
                     // deadline, which is never after the overall one.
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
-                        break Err(RetryError::NotRetryable { attempts: n, error })
+                        break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => AttemptError::Failed(error),
                     Err(Expired) if deadline.is_expired() => {
