@@ -1,8 +1,8 @@
 //! Keep a single-threaded async event loop responsive while it offloads blocking work.
 //!
-//! A service on smol, async-std or an `async_executor::LocalExecutor` that serializes a
-//! whole metrics registry, walks a cardinality report or runs a SQL collector must not do
-//! that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
+//! A service on smol or an `async_executor::LocalExecutor` (or on async-std, discontinued
+//! upstream in favour of smol) that serializes a whole metrics registry, walks a
+//! cardinality report or runs a SQL collector must not do that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
 //! queue without bound: under a scrape storm every caller waits behind redundant walks and
 //! gets a late answer instead of a clear "busy". And when a caller leaves, the thread runs
 //! on while its result, and any failure, vanishes.
@@ -50,9 +50,9 @@
 //! wrapped in [`Fallible`].
 //!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
-//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
-//! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
-//! It never depends on tokio.
+//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, `LocalExecutor`,
+//! `futures_lite::future::block_on`, tokio's current-thread runtime and async-std (for
+//! applications migrating off it). It never depends on tokio.
 //!
 //! # Examples
 //!
