@@ -96,6 +96,7 @@
 
 mod failure;
 mod handoff;
+mod late;
 mod sync;
 
 pub mod deadline;
