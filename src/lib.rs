@@ -103,6 +103,7 @@
 //! | a `Waker`'s `wake` | a worker thread, the releasing or closing thread | contained: the other waiters are still woken, the slot still handed on |
 //! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded` | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
+//! | a key's `Hash` or `Eq` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash and compare without panicking, as a `HashMap`'s must |
 //!
 //! "Contained" means caught where it happens: it kills no worker, leaks no slot, strands no
 //! waiter and loses no report, and it leaves a trace (a line on stderr for the first few,

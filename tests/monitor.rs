@@ -1,4 +1,4 @@
-//! Review: the stuck monitor's arithmetic. `stuck_after` accepts any positive duration
+//! The stuck monitor's arithmetic. `stuck_after` accepts any positive duration
 //! (`validated_stuck_after` only refuses zero), and `monitor::watch` computes
 //! `workers.start_of(stamp) + threshold` with `Instant + Duration`, which panics on
 //! overflow (src/pool/monitor.rs:101; DESIGN.md's known trap: "use checked arithmetic").

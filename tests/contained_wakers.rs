@@ -1,4 +1,4 @@
-//! Review: wakers loopguard calls through `event-listener` / `async-channel` rather than
+//! Wakers loopguard calls through `event-listener` / `async-channel` rather than
 //! through its own contained `wake`. The crate docs promise that a panicking `Waker::wake`
 //! "is contained: the other waiters are still woken, the slot still handed on", and that
 //! a contained panic "kills no worker, leaks no slot, strands no waiter and loses no

