@@ -13,7 +13,6 @@
 //!   `run`;
 //! - [`Mode::LoopguardCoalesced`]: as above, but `/metrics` goes through a `Refresh` named
 //!   `registry` on that pool, so concurrent scrapes share one walk.
-#![allow(dead_code)]
 
 mod routes;
 

@@ -4,11 +4,9 @@
 //! it with a small HTTP/1.1 client. Walks are held on a latch inside the synthetic registry,
 //! and every ordering is by explicit state (walk counters, pool gauges), never by sleeping.
 
-#[path = "../examples/support/client.rs"]
-mod client;
 mod common;
-#[path = "../examples/support/exporter.rs"]
-mod exporter;
+
+use loopguard_demos::{client, exporter};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -21,10 +21,7 @@
 //! still has to be encoded, sent and parsed within it. Ctrl-C or SIGTERM stops accepting,
 //! lets requests in flight finish (5 s at most) and joins the pool; a second signal exits.
 
-#[path = "support/cli.rs"]
-mod cli;
-#[path = "support/exporter.rs"]
-mod exporter;
+use loopguard_demos::{cli, exporter};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! Command-line parsing for the examples: `--flag value` or `--flag=value`, switches, and
 //! exit status 2 with a message on bad input.
-#![allow(dead_code)]
 
 use std::str::FromStr;
 

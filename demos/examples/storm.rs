@@ -19,12 +19,7 @@
 //! the last line is machine-readable; latencies of a category with no responses print as
 //! `-` in the table and `0.0` in JSON. With `--svg FILE` it also writes the latency curves.
 
-#[path = "support/cli.rs"]
-mod cli;
-#[path = "support/client.rs"]
-mod client;
-#[path = "support/exporter.rs"]
-mod exporter;
+use loopguard_demos::{cli, client, exporter};
 
 use std::io;
 use std::net::SocketAddr;

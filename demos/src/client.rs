@@ -2,7 +2,6 @@
 //!
 //! One request per connection (`Connection: close`), the response read to end of stream.
 //! It is enough to talk to the exporter over real loopback sockets and nothing more.
-#![allow(dead_code)]
 
 use std::io;
 use std::net::SocketAddr;

@@ -6,10 +6,6 @@
 //! Each scenario runs with the client on smol and on async-std; the server always runs on
 //! its own thread with its own smol executor.
 
-#[path = "../examples/catalog_client/cli.rs"]
-mod cli;
-#[path = "../examples/catalog_client/client.rs"]
-mod client;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
+use loopguard_demos::catalog::{cli, client};
 use client::{CatalogError, Client, Config, Event, Spawn};
 use futures_lite::{future, stream, StreamExt};
 use http_body_util::combinators::BoxBody;

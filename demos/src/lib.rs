@@ -1,0 +1,16 @@
+//! loopguard's heavy demos, kept out of the examples a user copies.
+//!
+//! - [`exporter`]: the registry exporter's serving code with its offload switchable
+//!   (loopguard, `blocking::unblock`, on the loop) and hooks for tests; `examples/storm.rs`
+//!   runs it three ways side by side. The file to copy is the root crate's
+//!   `examples/registry_exporter.rs`.
+//! - [`client`]: a minimal HTTP/1.1 client over loopback for the storm and the tests.
+//! - [`catalog`]: a catalog client on smol (`examples/catalog_client.rs`).
+//! - [`cli`]: command-line parsing shared by the demos.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+
+pub mod catalog;
+pub mod cli;
+pub mod client;
+pub mod exporter;
