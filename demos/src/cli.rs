@@ -52,3 +52,17 @@ pub fn fail(usage: &str, message: &str) -> ! {
     eprintln!("error: {message}\n\nusage: {usage}");
     std::process::exit(2)
 }
+
+/// A comma-separated list of values for `flag`, such as `10000,100000`.
+pub fn list<T: FromStr>(flag: &str, raw: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    raw.split(',')
+        .map(|item| {
+            item.trim()
+                .parse()
+                .map_err(|e| format!("{flag}: invalid value `{item}`: {e}"))
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@
 //!   `examples/registry_exporter.rs`.
 //! - [`client`]: a minimal HTTP/1.1 client over loopback for the storm and the tests.
 //! - [`catalog`]: a catalog client on smol (`examples/catalog_client.rs`).
-//! - [`cli`]: command-line parsing shared by the demos.
+//! - [`cli`]: command-line parsing shared by the demos; [`testing`]: helpers for their tests.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
@@ -14,3 +14,4 @@ pub mod catalog;
 pub mod cli;
 pub mod client;
 pub mod exporter;
+pub mod testing;

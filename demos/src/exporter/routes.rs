@@ -1,32 +1,74 @@
-//! The HTTP side of the exporter: accepting connections with limits, routing, and the
+//! The HTTP side of the exporter: accepting connections ([`super::conns`]), routing, and the
 //! `/metrics`, `/` and `/healthz` answers. Walks are offloaded through [`Shared`].
 
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{
+    HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY,
+};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use loopguard::header::{scrape_budget, SCRAPE_TIMEOUT_HEADER};
+use smol::{Async, LocalExecutor};
+use smol_hyper::rt::{FuturesIo, SmolTimer};
+
+use super::conns::{first_byte, out_of_descriptors, Conn, Tracker};
 use super::*;
 
 /// Serves `listener` on the current thread until `stop` is triggered, then drains:
 /// connections get `shutdown_grace` to finish, the pool as long again for its walks.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: Stop) -> io::Result<()> {
+pub async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    stop: Stop,
+) -> io::Result<()> {
+    let listener = Async::new(listener)?;
     let ex = LocalExecutor::new();
+    let tracker = Rc::new(Tracker::default());
     ex.run(async {
         let listener = listener;
         ex.spawn(cardinality_loop(shared.clone(), stop.clone()))
             .detach();
-        ex.spawn(upkeep_loop(shared.handle.clone(), stop.clone()))
+        ex.spawn(upkeep_loop(shared.registry.clone(), stop.clone()))
             .detach();
-        while let Some(accepted) = next_connection(&listener, &shared, &stop).await {
-            match accepted {
-                Ok(stream) => {
-                    let _ = stream.set_nodelay(true);
+        loop {
+            let accepted = future::or(async { Some(listener.accept().await) }, async {
+                stop.wait().await;
+                None
+            });
+            match accepted.await {
+                None => break,
+                Some(Ok((stream, _))) => {
+                    if tracker.open() >= shared.config.max_connections
+                        && !tracker.shed_oldest_idle()
+                    {
+                        // Every connection has a request in progress: this one waits.
+                        drop(stream);
+                        continue;
+                    }
+                    let _ = stream.get_ref().set_nodelay(true);
+                    let conn = tracker.add();
                     shared.connections.fetch_add(1, Ordering::SeqCst);
-                    ex.spawn(connection(stream, shared.clone(), stop.clone()))
-                        .detach();
+                    let task = connection(stream, conn, tracker.clone(), &shared, &stop);
+                    ex.spawn(task).detach();
                 }
-                Err(err) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
+                Some(Err(err)) if out_of_descriptors(&err) => {
+                    if !tracker.shed_oldest_idle() {
+                        Timer::after(Duration::from_millis(50)).await;
+                    }
+                }
+                Some(Err(err)) if err.kind() == io::ErrorKind::ConnectionAborted => {}
+                Some(Err(err)) => {
                     eprintln!("accept failed: {err}");
                     Timer::after(Duration::from_millis(50)).await;
                 }
             }
+            shared.shed.store(tracker.shed() as usize, Ordering::SeqCst);
         }
         // New connections are refused from here on.
         drop(listener);
@@ -57,67 +99,91 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, stop: Stop) -> io
     Ok(())
 }
 
-/// The next accepted connection, waiting while `max_connections` are open; `None` on stop.
-async fn next_connection(
-    listener: &TcpListener,
-    shared: &Shared,
+/// Serves one connection; on stop, finishes the request in flight and closes; shed by the
+/// tracker, closes at once.
+fn connection(
+    stream: Async<std::net::TcpStream>,
+    conn: Rc<Conn>,
+    tracker: Rc<Tracker>,
+    shared: &Arc<Shared>,
     stop: &Stop,
-) -> Option<io::Result<TcpStream>> {
-    let accept = async {
-        loop {
-            let closed = shared.connection_closed.listen();
-            if shared.connections.load(Ordering::SeqCst) < shared.config.max_connections {
-                break;
+) -> impl std::future::Future<Output = ()> + 'static {
+    let (shared, stop) = (shared.clone(), stop.clone());
+    async move {
+        struct Open<'a>(&'a Shared, &'a Tracker, &'a Conn);
+        impl Drop for Open<'_> {
+            fn drop(&mut self) {
+                self.1.remove(self.2);
+                self.0.connections.fetch_sub(1, Ordering::SeqCst);
+                self.0.connection_closed.notify(usize::MAX);
             }
-            closed.await;
         }
-        Some(listener.accept().await.map(|(stream, _)| stream))
-    };
-    future::or(
-        async {
-            stop.wait().await;
+        let _open = Open(&shared, &tracker, &conn);
+        let timeout = shared.config.header_read_timeout;
+        let started = async { first_byte(&stream, timeout).await.then_some(()) };
+        let shed = async {
+            conn.closed().await;
             None
-        },
-        accept,
-    )
-    .await
-}
-
-/// Serves one connection; on stop, finishes the request in flight and closes.
-async fn connection(stream: TcpStream, shared: Arc<Shared>, stop: Stop) {
-    struct Open<'a>(&'a Shared);
-    impl Drop for Open<'_> {
-        fn drop(&mut self) {
-            self.0.connections.fetch_sub(1, Ordering::SeqCst);
-            self.0.connection_closed.notify(usize::MAX);
+        };
+        if future::or(shed, started).await.is_none() {
+            return;
+        }
+        let service = service_fn(|request| {
+            tracker.set_busy(&conn);
+            let busy = Busy(&tracker, &conn);
+            let shared = shared.clone();
+            async move {
+                let reply = handle(shared, request).await;
+                drop(busy);
+                reply
+            }
+        });
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(SmolTimer::new())
+            .header_read_timeout(timeout)
+            .max_buf_size(shared.config.max_header_bytes.max(8192));
+        // smol's `TcpStream` shuts its write side down when hyper closes the connection (a
+        // bare `Async<TcpStream>` only flushes): a client then reads an error response, such
+        // as a 431, to its end before the close resets the unread rest.
+        let stream = smol::net::TcpStream::from(stream);
+        let http = builder.serve_connection(FuturesIo::new(stream), service);
+        let mut http = std::pin::pin!(http);
+        let served = async {
+            // Clients that leave, time out or send garbage are routine; nothing to report.
+            let _ = http.as_mut().await;
+            Ending::Served
+        };
+        let stopped = async {
+            stop.wait().await;
+            Ending::Stopped
+        };
+        let shed = async {
+            conn.closed().await;
+            Ending::Shed
+        };
+        if future::or(served, future::or(shed, stopped)).await == Ending::Stopped {
+            // Finish the request in flight, then close.
+            http.as_mut().graceful_shutdown();
+            let _ = http.await;
         }
     }
-    let _open = Open(&shared);
-    let service = {
-        let shared = shared.clone();
-        service_fn(move |request| handle(shared.clone(), request))
-    };
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(SmolTimer::new())
-        .header_read_timeout(shared.config.header_read_timeout)
-        .max_buf_size(shared.config.max_header_bytes.max(8192));
-    let conn = builder.serve_connection(FuturesIo::new(stream), service);
-    let mut conn = std::pin::pin!(conn);
-    let finished = future::or(async { Some(conn.as_mut().await) }, async {
-        stop.wait().await;
-        None
-    })
-    .await;
-    let result = match finished {
-        Some(result) => result,
-        None => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    // Clients that leave, time out or send garbage are routine; nothing to report.
-    drop(result);
+}
+
+#[derive(PartialEq)]
+enum Ending {
+    Served,
+    Stopped,
+    Shed,
+}
+
+/// Marks a connection idle again when its request's handler is done.
+struct Busy<'a>(&'a Rc<Tracker>, &'a Rc<Conn>);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.set_idle(self.1);
+    }
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -135,10 +201,10 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Reply {
     reply(status, "text/plain; charset=utf-8", body)
 }
 
-fn busy(retry_after_secs: u64, what: &str) -> Reply {
+fn busy(retry_after_secs: u64, pool: &str, what: &str) -> Reply {
     let mut response = text(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("{what}: every {POOL_NAME} worker is busy; retry after {retry_after_secs}s\n"),
+        format!("{what}: every {pool} worker is busy; retry after {retry_after_secs}s\n"),
     );
     response
         .headers_mut()
@@ -146,9 +212,9 @@ fn busy(retry_after_secs: u64, what: &str) -> Reply {
     response
 }
 
-fn walk_failed(walked: Walked<impl Sized>, what: &str) -> Reply {
+fn walk_failed(walked: Walked<impl Sized>, pool: &str, what: &str) -> Reply {
     match walked {
-        Walked::Busy(secs) => busy(secs, what),
+        Walked::Busy(secs) => busy(secs, pool, what),
         Walked::Expired => text(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{what}: the budget ran out before the registry walk finished\n"),
@@ -164,17 +230,37 @@ fn walk_failed(walked: Walked<impl Sized>, what: &str) -> Reply {
     }
 }
 
+/// The header in which Envoy sends the time it will wait for the response, in whole ms.
+pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
+
+/// The budget Envoy's header leaves: `min(default, header - offset)`, or `default` when the
+/// header is missing, not a whole positive number of milliseconds, or used up by `offset`.
+pub fn envoy_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
+    let ms = value
+        .map(<[u8]>::trim_ascii)
+        .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+    match ms.and_then(|ms| Duration::from_millis(ms).checked_sub(offset)) {
+        Some(budget) if !budget.is_zero() => budget.min(default),
+        _ => default,
+    }
+}
+
+/// The scrape's deadline: the earliest of the server's budget and every budget the caller
+/// sent (Prometheus' scrape timeout, Envoy's expected request timeout), less the offset.
+fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
+    let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+    let (default, offset) = (config.scrape_budget, config.scrape_timeout_offset);
+    let budget = scrape_budget(header(SCRAPE_TIMEOUT_HEADER), default, offset)
+        .min(envoy_budget(header(ENVOY_TIMEOUT_HEADER), default, offset));
+    Deadline::after(budget)
+}
+
 /// Routes one request.
 async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Reply, Infallible> {
     // The budget starts now, before the body read and any queue.
-    let deadline = scrape_deadline(
-        request
-            .headers()
-            .get(SCRAPE_TIMEOUT_HEADER)
-            .map(HeaderValue::as_bytes),
-        shared.config.scrape_budget,
-        shared.config.scrape_timeout_offset,
-    );
+    let deadline = deadline(request.headers(), &shared.config);
+    let encoding = encoding(request.headers());
     let path = request.uri().path().to_string();
     if !matches!(path.as_str(), "/" | "/metrics" | "/healthz") {
         return Ok(text(StatusCode::NOT_FOUND, "not found\n"));
@@ -203,97 +289,68 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Reply
     }
     Ok(match path.as_str() {
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/metrics" => metrics(&shared, deadline).await,
+        "/metrics" => metrics(&shared, deadline, encoding).await,
         _ => status_page(&shared, deadline).await,
     })
 }
 
 const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-async fn metrics(shared: &Shared, deadline: Deadline) -> Reply {
+fn exposition(body: Bytes, encoding: Encoding) -> Reply {
+    let mut response = reply(StatusCode::OK, EXPOSITION, body);
+    let headers = response.headers_mut();
+    headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+    if encoding == Encoding::Gzip {
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
+}
+
+async fn metrics(shared: &Shared, deadline: Deadline, encoding: Encoding) -> Reply {
+    let pool = shared.config.pool_name.as_str();
     if let Some(cache) = &shared.cache {
+        shared.pool.publish_metrics();
         return match cache.get(deadline).await {
-            Ok(body) => reply(StatusCode::OK, EXPOSITION, body),
-            Err(err) if err.is_expired() => walk_failed(Walked::<()>::Expired, "scrape"),
+            Ok(Rendered { gzip, .. }) if encoding == Encoding::Gzip => {
+                exposition(gzip, encoding)
+            }
+            Ok(Rendered { plain, .. }) => exposition(plain, encoding),
+            Err(err) if err.is_expired() => walk_failed(Walked::<()>::Expired, pool, "scrape"),
             Err(err) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("scrape: the registry walk failed: {err}\n"),
             ),
         };
     }
+    let registry = shared.registry.clone();
     match shared
-        .offload(WalkKind::Scrape, false, deadline, |body| body)
+        .offload(false, deadline, move || registry.scrape(encoding))
         .await
     {
-        Walked::Done(body) => reply(StatusCode::OK, EXPOSITION, body),
-        other => walk_failed(other, "scrape"),
-    }
-}
-
-/// The numbers the status page shows, read from one rendering of the registry.
-#[derive(Debug, Default, Clone)]
-struct PageStats {
-    capacity: f64,
-    in_use: f64,
-    waiting: f64,
-    demand: f64,
-    rejected: f64,
-    orphaned_failures: f64,
-    oldest_job_seconds: f64,
-    stuck_jobs: f64,
-    series: usize,
-    bytes: usize,
-}
-
-impl loopguard::JobOutput for PageStats {}
-
-impl PageStats {
-    /// Reads the pool's series (label `pool="registry-serve"`) out of a rendering.
-    fn read(rendering: String) -> PageStats {
-        use loopguard::metrics as m;
-        let mut stats = PageStats {
-            bytes: rendering.len(),
-            ..PageStats::default()
-        };
-        let label = format!("pool=\"{POOL_NAME}\"");
-        for line in rendering.lines().filter(|l| !l.starts_with('#')) {
-            stats.series += 1;
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            if !series.contains(&label) {
-                continue;
-            }
-            let name = series.split('{').next().unwrap_or_default();
-            let value: f64 = value.parse().unwrap_or(0.0);
-            let slot = match name {
-                n if n == m::POOL_CAPACITY => &mut stats.capacity,
-                n if n == m::POOL_IN_USE => &mut stats.in_use,
-                n if n == m::POOL_WAITING => &mut stats.waiting,
-                n if n == m::POOL_DEMAND_AVG => &mut stats.demand,
-                n if n == m::POOL_REJECTED_TOTAL => &mut stats.rejected,
-                n if n == m::ORPHANED_FAILURES_TOTAL => &mut stats.orphaned_failures,
-                n if n == m::POOL_OLDEST_JOB_SECONDS => &mut stats.oldest_job_seconds,
-                n if n == m::POOL_STUCK_JOBS_TOTAL => &mut stats.stuck_jobs,
-                _ => continue,
-            };
-            *slot = value;
-        }
-        stats
+        Walked::Done(Ok(body)) => exposition(body, encoding),
+        Walked::Done(Err(err)) => walk_failed(Walked::<()>::Failed(err.to_string()), pool, "scrape"),
+        other => walk_failed(other, pool, "scrape"),
     }
 }
 
 async fn status_page(shared: &Shared, deadline: Deadline) -> Reply {
-    let stats = match shared
-        .offload(WalkKind::Status, false, deadline, PageStats::read)
-        .await
-    {
-        Walked::Done(stats) => stats,
-        other => return walk_failed(other, "status page"),
+    // The numbers come from the pool and the cache, read here on the loop before the
+    // page's own walk asks for a slot; the walk only measures the registry.
+    let stats = shared.pool.stats();
+    let cache = shared.cache_stats();
+    let registry = shared.registry.clone();
+    let walk = move || {
+        let rendering = registry.walk(WalkKind::Status);
+        (registry::count_series(&rendering).0, rendering.len())
+    };
+    let (series, bytes) = match shared.offload(false, deadline, walk).await {
+        Walked::Done(measured) => measured,
+        other => return walk_failed(other, &shared.config.pool_name, "status page"),
     };
     let card = shared.cardinality();
     let config = &shared.config;
-    let rows = [
+    let oldest = stats.oldest_job_age.unwrap_or_default();
+    let mut rows = vec![
         ("mode", config.mode.name().to_string()),
         ("capacity (workers)", stats.capacity.to_string()),
         ("in use", stats.in_use.to_string()),
@@ -304,13 +361,12 @@ async fn status_page(shared: &Shared, deadline: Deadline) -> Reply {
         ),
         ("rejections", stats.rejected.to_string()),
         ("orphaned failures", stats.orphaned_failures.to_string()),
-        (
-            "oldest job age",
-            format!("{:.3} s", stats.oldest_job_seconds),
-        ),
+        ("oldest job age", format!("{:.3} s", oldest.as_secs_f64())),
         ("stuck jobs reported", stats.stuck_jobs.to_string()),
-        ("series in this walk", stats.series.to_string()),
-        ("bytes in this walk", stats.bytes.to_string()),
+        ("series in this walk", series.to_string()),
+        ("bytes in this walk", bytes.to_string()),
+        ("open connections", shared.connections().to_string()),
+        ("connections shed", shared.shed_connections().to_string()),
         (
             "cardinality reports",
             format!(
@@ -319,6 +375,15 @@ async fn status_page(shared: &Shared, deadline: Deadline) -> Reply {
             ),
         ),
     ];
+    if let Some(cache) = cache {
+        rows.push((
+            "cache (runs ok / failed, hits, joins)",
+            format!(
+                "{} / {}, {}, {}",
+                cache.runs_ok, cache.runs_error, cache.hits, cache.joins
+            ),
+        ));
+    }
     let mut html = String::from(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>registry exporter</title></head>\n<body><h1>registry exporter</h1>\n<table>\n",
     );
