@@ -1,68 +1,97 @@
-//! One scrape storm, three ways: what admission control and coalescing buy.
+//! Scrape storms against the exporter on a real registry, side by side: loopguard, the same
+//! server offloading with `blocking::unblock`, and `render()` on the loop thread.
 //!
 //! ```text
-//! cargo run --release --example storm -- [--scrapes 64] [--workers 2] [--series 100000]
-//!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--json] [--svg FILE]
+//! cargo run --release --example storm -- [--scrapes 64] [--rate 40] [--secs 5] [--workers 2]
+//!     [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
+//!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]
 //! ```
 //!
-//! In one process it starts the registry exporter's serving code three times, on loopback:
+//! For each registry size and each mode it starts the exporter's serving code
+//! (`loopguard_demos::exporter`) in a fresh child process and drives it over loopback twice:
+//! a burst of `--scrapes` concurrent `GET /metrics`, then `--rate` scrapes per second for
+//! `--secs` seconds (open loop, a new connection each). Scrapes send `Accept-Encoding: gzip`
+//! as Prometheus does (`--plain`: not). Meanwhile `/healthz` is probed every 10 ms. Modes:
 //!
 //! - `unbounded`: every walk through `blocking::unblock`, which queues without bound;
 //! - `loopguard`: walks on the `registry-serve` pool, 503 + `Retry-After` when saturated;
-//! - `loopguard_coalesced`: the same pool behind a `Refresh`, so concurrent scrapes share
-//!   one walk.
+//! - `loopguard_coalesced`: the same pool behind a `Refresh`: concurrent scrapes share a walk;
+//! - `on_loop`: `render()` on the loop thread itself.
 //!
-//! Against each it opens `--scrapes` connections, sends one `GET /metrics` on all of them at
-//! once, and reports how many were served (200) and rejected (503), how many registry walks
-//! ran, and the latencies. A walk is CPU work proportional to `--series` (the recorder's
-//! rendering plus synthetic series), plus `--walk-delay-ms` of blocking sleep. With `--json`
-//! the last line is machine-readable; latencies of a category with no responses print as
-//! `-` in the table and `0.0` in JSON. With `--svg FILE` it also writes the latency curves.
-
-use loopguard_demos::{cli, client, exporter};
+//! Reported per run: served (200) and rejected (503) counts and latencies, walks run,
+//! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
+//! `modes` (the burst on the largest registry, as before) and `runs` (every run); latencies
+//! of a category with no answers print `-` in the table and `0.0` in JSON. `--svg FILE` draws
+//! the burst latencies on the largest registry.
 
 use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use exporter::{Config, Exporter, Mode, Registry, WalkKind};
-use smol::LocalExecutor;
+use loopguard_demos::exporter::{Config, Mode};
+use loopguard_demos::storm::{child_args, drive, quantile, serve_child, spawn_child, Load, Run};
+use loopguard_demos::{chart, cli};
 
-const USAGE: &str = "storm [--scrapes 64] [--workers 2] [--series 100000] [--walk-delay-ms 0] \
-[--cache-ttl-ms 5000] [--json] [--svg FILE]";
+const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] \
+[--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop] \
+[--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]";
 
 #[derive(Debug)]
 struct Options {
     scrapes: usize,
+    rate: u32,
+    secs: u32,
     workers: usize,
-    series: usize,
+    series: Vec<usize>,
+    modes: Vec<Mode>,
     walk_delay: Duration,
     cache_ttl: Duration,
+    plain: bool,
     json: bool,
     svg: Option<String>,
+    /// Internal: serve this mode in this process (a child of the storm).
+    serve: Option<Mode>,
 }
 
 fn parse(mut args: cli::Args) -> Result<Options, String> {
+    let all = [
+        Mode::Unbounded,
+        Mode::Loopguard,
+        Mode::LoopguardCoalesced,
+        Mode::OnLoop,
+    ];
     let mut o = Options {
         scrapes: 64,
+        rate: 40,
+        secs: 5,
         workers: 2,
-        series: 100_000,
+        series: vec![10_000, 100_000],
+        modes: all.to_vec(),
         walk_delay: Duration::ZERO,
         cache_ttl: Duration::from_secs(5),
+        plain: false,
         json: false,
         svg: None,
+        serve: None,
     };
+    let mode = |name: &str| Mode::from_name(name).ok_or(format!("unknown mode `{name}`"));
     while let Some(flag) = args.next_flag() {
         let (flag, inline) = flag?;
         match flag.as_str() {
             "--scrapes" => o.scrapes = args.value(&flag, inline)?,
+            "--rate" => o.rate = args.value(&flag, inline)?,
+            "--secs" => o.secs = args.value(&flag, inline)?,
             "--workers" => o.workers = args.value(&flag, inline)?,
-            "--series" => o.series = args.value(&flag, inline)?,
+            "--series" => o.series = cli::list(&flag, &args.value::<String>(&flag, inline)?)?,
+            "--modes" => {
+                let names: Vec<String> = cli::list(&flag, &args.value::<String>(&flag, inline)?)?;
+                o.modes = names.iter().map(|n| mode(n)).collect::<Result<_, _>>()?;
+            }
             "--walk-delay-ms" => o.walk_delay = Duration::from_millis(args.value(&flag, inline)?),
             "--cache-ttl-ms" => o.cache_ttl = Duration::from_millis(args.value(&flag, inline)?),
+            "--plain" if inline.is_none() => o.plain = true,
             "--json" if inline.is_none() => o.json = true,
             "--svg" => o.svg = Some(args.value(&flag, inline)?),
+            "--serve" => o.serve = Some(mode(&args.value::<String>(&flag, inline)?)?),
             "--help" | "-h" => {
                 println!("usage: {USAGE}");
                 std::process::exit(0)
@@ -70,199 +99,70 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
             other => return Err(format!("unknown flag `{other}`")),
         }
     }
-    if !(1..=2000).contains(&o.scrapes) {
-        return Err("--scrapes must be between 1 and 2000".into());
+    if !(1..=2000).contains(&o.scrapes) || !(1..=1000).contains(&o.rate) || o.secs > 600 {
+        return Err("--scrapes: 1 to 2000; --rate: 1 to 1000; --secs: at most 600".into());
     }
     if o.workers == 0 || o.workers > loopguard::MAX_WORKERS {
-        return Err(format!(
-            "--workers must be between 1 and {}",
-            loopguard::MAX_WORKERS
-        ));
+        let max = loopguard::MAX_WORKERS;
+        return Err(format!("--workers must be between 1 and {max}"));
     }
-    if o.series > 10_000_000 {
-        return Err("--series must be at most 10000000".into());
+    if o.series.is_empty() || o.series.iter().any(|&n| n > 10_000_000) || o.modes.is_empty() {
+        return Err("--series: 1 to 10000000 each; --modes: at least one".into());
     }
     if o.cache_ttl.is_zero() {
         return Err("--cache-ttl-ms must be above zero (the coalesced mode needs it)".into());
     }
+    o.series.sort_unstable();
     Ok(o)
 }
 
-/// What one mode did with the storm.
-#[derive(Debug)]
-struct Outcome {
+/// One row of the results.
+struct Row {
+    series: usize,
+    load: Load,
     mode: Mode,
-    served: Vec<f64>,
-    rejected: Vec<f64>,
-    other: usize,
-    walks: u64,
+    run: Run,
 }
 
-/// The `q` quantile (nearest rank) of sorted milliseconds; 0.0 when empty.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn storm_once(mode: Mode, o: &Options) -> io::Result<Outcome> {
-    let config = Config {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        workers: o.workers,
-        series: o.series,
-        walk_delay: o.walk_delay,
-        cache_ttl: if mode == Mode::LoopguardCoalesced {
-            o.cache_ttl
-        } else {
-            Duration::ZERO
-        },
-        cardinality_interval: Duration::ZERO,
+fn run_once(o: &Options, series: usize, mode: Mode, load: Load) -> io::Result<Run> {
+    let server = spawn_child(&child_args(
         mode,
-        max_connections: o.scrapes + 16,
-        ..Config::default()
+        series,
+        o.workers,
+        o.walk_delay,
+        o.cache_ttl,
+    ))?;
+    let gzip: &[(&str, &str)] = if o.plain {
+        &[]
+    } else {
+        &[("Accept-Encoding", "gzip")]
     };
-    let exporter = Exporter::spawn(config, Arc::new(Registry::new(o.series, o.walk_delay)))?;
-    let addr = exporter.addr();
-    let request = client::get_request("/metrics", &[]);
-    let ex = LocalExecutor::new();
-    let results = smol::block_on(ex.run(async {
-        // Connect first, so the storm is the requests, not the handshakes.
-        let mut streams = Vec::with_capacity(o.scrapes);
-        for _ in 0..o.scrapes {
-            streams.push(smol::net::TcpStream::connect(addr).await?);
-        }
-        let tasks: Vec<_> = streams
-            .into_iter()
-            .map(|stream| ex.spawn(client::exchange(stream, &request)))
-            .collect();
-        let mut results = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            results.push(task.await);
-        }
-        // Orphaned or queued walks finish before the walks are counted.
-        exporter.shared().pool().wait_idle().await;
-        io::Result::Ok(results)
-    }))?;
-    let mut outcome = Outcome {
-        mode,
-        served: Vec::new(),
-        rejected: Vec::new(),
-        other: 0,
-        walks: exporter.shared().registry().walks(WalkKind::Scrape),
-    };
-    for result in results {
-        match result {
-            Ok(r) if r.status == 200 => outcome.served.push(r.elapsed.as_secs_f64() * 1e3),
-            Ok(r) if r.status == 503 => outcome.rejected.push(r.elapsed.as_secs_f64() * 1e3),
-            Ok(r) => {
-                eprintln!("{}: unexpected status {}", mode.name(), r.status);
-                outcome.other += 1;
-            }
-            Err(err) => {
-                eprintln!("{}: request failed: {err}", mode.name());
-                outcome.other += 1;
-            }
-        }
-    }
-    outcome.served.sort_by(f64::total_cmp);
-    outcome.rejected.sort_by(f64::total_cmp);
-    exporter.stop()?;
-    Ok(outcome)
+    let mut run = drive(server.addr, load, gzip)?;
+    server.finish(&mut run)?;
+    Ok(run)
 }
 
 fn ms(sorted: &[f64], q: f64) -> String {
-    if sorted.is_empty() {
-        "-".into()
-    } else {
-        format!("{:.1} ms", quantile(sorted, q))
+    match sorted.is_empty() {
+        true => "-".into(),
+        false if quantile(sorted, q) > 1e9 => "never".into(),
+        false => format!("{:.1} ms", quantile(sorted, q)),
     }
 }
 
-fn json_line(outcomes: &[Outcome]) -> String {
-    let modes: Vec<String> = outcomes
-        .iter()
-        .map(|o| {
-            format!(
-                "{{\"name\":\"{}\",\"served\":{},\"rejected\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3}}}",
-                o.mode.name(),
-                o.served.len(),
-                o.rejected.len(),
-                o.walks,
-                quantile(&o.served, 0.5),
-                quantile(&o.served, 0.99),
-                quantile(&o.rejected, 0.99),
-            )
-        })
-        .collect();
-    format!("{{\"modes\":[{}]}}", modes.join(","))
-}
-
-fn svg(path: &str, outcomes: &[Outcome], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-
-    let curves: Vec<(String, Vec<(f64, f64)>)> = outcomes
-        .iter()
-        .map(|out| {
-            let mut all: Vec<f64> = out.served.iter().chain(&out.rejected).copied().collect();
-            all.sort_by(f64::total_cmp);
-            let n = all.len().max(1) as f64;
-            let points = all
-                .iter()
-                .enumerate()
-                .map(|(i, &ms)| ((i + 1) as f64 / n * 100.0, ms.max(0.01)))
-                .collect();
-            let label = format!(
-                "{}: {} served, {} rejected, {} walks",
-                out.mode.name(),
-                out.served.len(),
-                out.rejected.len(),
-                out.walks
-            );
-            (label, points)
-        })
-        .collect();
-    let top = curves
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|&(_, y)| y))
-        .fold(1.0_f64, f64::max)
-        * 1.5;
-
-    let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "{} concurrent scrapes, {} workers, {} series: latency by percentile",
-                o.scrapes, o.workers, o.series
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..100.0, (0.01..top).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc("percentile of responses (served and rejected)")
-        .y_desc("latency, ms (log)")
-        .draw()?;
-    let colors = [RED, BLUE, GREEN];
-    for ((label, points), color) in curves.into_iter().zip(colors) {
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()?;
-    Ok(())
+fn json_object(name: &str, run: &Run, extra: &str) -> String {
+    format!(
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{}}}",
+        run.served.len(),
+        run.rejected.len(),
+        run.walks,
+        quantile(&run.served, 0.5),
+        quantile(&run.served, 0.99),
+        quantile(&run.rejected, 0.99),
+        quantile(&run.healthz, 0.99).min(1e12),
+        run.peak_rss_kib as f64 / 1024.0,
+        run.other,
+    )
 }
 
 fn main() {
@@ -270,47 +170,122 @@ fn main() {
         Ok(o) => o,
         Err(message) => cli::fail(USAGE, &message),
     };
+    if let Some(mode) = o.serve {
+        let config = Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            workers: o.workers,
+            series: o.series[0],
+            walk_delay: o.walk_delay,
+            cache_ttl: match mode {
+                Mode::LoopguardCoalesced => o.cache_ttl,
+                _ => Duration::ZERO,
+            },
+            cardinality_interval: Duration::ZERO,
+            mode,
+            max_connections: 10_000,
+            ..Config::default()
+        };
+        if let Err(err) = serve_child(config) {
+            eprintln!("storm server: {err}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let encoding = if o.plain { "plain" } else { "gzip" };
     println!(
-        "storm: {} concurrent GET /metrics per mode, {} workers, {} series per walk, {} ms walk delay, cache TTL {} ms",
-        o.scrapes,
-        o.workers,
-        o.series,
-        o.walk_delay.as_millis(),
-        o.cache_ttl.as_millis()
+        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
+        o.scrapes, o.rate, o.secs, o.workers, o.series, o.walk_delay.as_millis(), o.cache_ttl.as_millis()
     );
-    let mut outcomes = Vec::new();
-    for mode in [Mode::Unbounded, Mode::Loopguard, Mode::LoopguardCoalesced] {
-        match storm_once(mode, &o) {
-            Ok(outcome) => outcomes.push(outcome),
-            Err(err) => {
-                eprintln!("storm: {}: {err}", mode.name());
-                std::process::exit(1);
+    let loads = [
+        Load::Burst(o.scrapes),
+        Load::Sustained {
+            rate: o.rate,
+            secs: o.secs,
+        },
+    ];
+    let mut rows = Vec::new();
+    for &series in &o.series {
+        for load in loads {
+            for &mode in &o.modes {
+                eprintln!("{series} series, {}, {}...", load.name(), mode.name());
+                match run_once(&o, series, mode, load) {
+                    Ok(run) => rows.push(Row {
+                        series,
+                        load,
+                        mode,
+                        run,
+                    }),
+                    Err(err) => {
+                        eprintln!("storm: {}: {err}", mode.name());
+                        std::process::exit(1);
+                    }
+                }
             }
         }
     }
     println!();
     println!(
-        "{:<20} {:>7} {:>9} {:>6} {:>12} {:>12} {:>13}",
-        "mode", "served", "rejected", "walks", "served p50", "served p99", "rejected p99"
+        "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "series",
+        "load",
+        "mode",
+        "served",
+        "rejected",
+        "walks",
+        "served p50",
+        "served p99",
+        "503 p99",
+        "healthz p99",
+        "peak RSS"
     );
-    for out in &outcomes {
+    for row in &rows {
+        let r = &row.run;
         println!(
-            "{:<20} {:>7} {:>9} {:>6} {:>12} {:>12} {:>13}",
-            out.mode.name(),
-            out.served.len(),
-            out.rejected.len(),
-            out.walks,
-            ms(&out.served, 0.5),
-            ms(&out.served, 0.99),
-            ms(&out.rejected, 0.99),
+            "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
+            row.series,
+            row.load.name(),
+            row.mode.name(),
+            r.served.len(),
+            r.rejected.len(),
+            r.walks,
+            ms(&r.served, 0.5),
+            ms(&r.served, 0.99),
+            ms(&r.rejected, 0.99),
+            ms(&r.healthz, 0.99),
+            r.peak_rss_kib as f64 / 1024.0,
         );
     }
-    let failed: usize = outcomes.iter().map(|o| o.other).sum();
+    let failed: usize = rows.iter().map(|r| r.run.other).sum();
     if failed > 0 {
-        println!("({failed} responses were neither 200 nor 503; see stderr)");
+        println!("({failed} answers were neither 200 nor 503, or failed)");
     }
+    for row in rows.iter().filter(|r| r.mode == Mode::Loopguard) {
+        let twin = rows
+            .iter()
+            .find(|u| u.mode == Mode::Unbounded && u.series == row.series && u.load == row.load);
+        if let Some(unbounded) =
+            twin.filter(|u| !row.run.served.is_empty() && !u.run.served.is_empty())
+        {
+            let ratio = quantile(&unbounded.run.served, 0.99) / quantile(&row.run.served, 0.99);
+            println!(
+                "{} series, {}: loopguard's served p99 is {ratio:.1}x better than unbounded's",
+                row.series,
+                row.load.name()
+            );
+        }
+    }
+    let largest = o.series[o.series.len() - 1];
+    let bursts: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.series == largest && matches!(r.load, Load::Burst(_)))
+        .collect();
     if let Some(path) = &o.svg {
-        match svg(path, &outcomes, &o) {
+        let title = format!(
+            "{} concurrent scrapes, {} workers, {largest} series: latency by percentile",
+            o.scrapes, o.workers
+        );
+        let runs: Vec<(Mode, &Run)> = bursts.iter().map(|r| (r.mode, &r.run)).collect();
+        match chart::svg(path, &title, &runs) {
             Ok(()) => println!("chart written to {path}"),
             Err(err) => {
                 eprintln!("storm: cannot write {path}: {err}");
@@ -319,6 +294,21 @@ fn main() {
         }
     }
     if o.json {
-        println!("{}", json_line(&outcomes));
+        let modes: Vec<String> = bursts
+            .iter()
+            .map(|r| json_object(r.mode.name(), &r.run, ""))
+            .collect();
+        let runs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let extra = format!("\"series\":{},\"load\":\"{}\",", r.series, r.load.name());
+                json_object(r.mode.name(), &r.run, &extra)
+            })
+            .collect();
+        println!(
+            "{{\"modes\":[{}],\"runs\":[{}]}}",
+            modes.join(","),
+            runs.join(",")
+        );
     }
 }

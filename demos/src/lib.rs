@@ -4,14 +4,18 @@
 //!   (loopguard, `blocking::unblock`, on the loop) and hooks for tests; `examples/storm.rs`
 //!   runs it three ways side by side. The file to copy is the root crate's
 //!   `examples/registry_exporter.rs`.
-//! - [`client`]: a minimal HTTP/1.1 client over loopback for the storm and the tests.
+//! - [`storm`]: the storm harness (a server per run in a child process, burst or sustained
+//!   load, `/healthz` probed meanwhile); [`client`]: a minimal HTTP/1.1 client for it and
+//!   the tests.
 //! - [`catalog`]: a catalog client on smol (`examples/catalog_client.rs`).
 //! - [`cli`]: command-line parsing shared by the demos; [`testing`]: helpers for their tests.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 pub mod catalog;
+pub mod chart;
 pub mod cli;
 pub mod client;
 pub mod exporter;
+pub mod storm;
 pub mod testing;

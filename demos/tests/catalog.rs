@@ -6,7 +6,6 @@
 //! Each scenario runs with the client on smol and on async-std; the server always runs on
 //! its own thread with its own smol executor.
 
-
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,7 +16,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
-use loopguard_demos::catalog::{cli, client};
 use client::{CatalogError, Client, Config, Event, Spawn};
 use futures_lite::{future, stream, StreamExt};
 use http_body_util::combinators::BoxBody;
@@ -26,6 +24,7 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, Uri};
+use loopguard_demos::catalog::{cli, client};
 use smol::channel::{unbounded, Receiver, Sender};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 

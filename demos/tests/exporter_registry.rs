@@ -151,7 +151,10 @@ fn the_earliest_caller_budget_wins_envoy_s_included() {
             // 700 ms less the 500 ms offset: a 200 ms budget, with or without Prometheus'.
             vec![(ENVOY_TIMEOUT_HEADER, "700")],
             vec![(ENVOY_TIMEOUT_HEADER, "700"), (SCRAPE_TIMEOUT_HEADER, "10")],
-            vec![(ENVOY_TIMEOUT_HEADER, "15000"), (SCRAPE_TIMEOUT_HEADER, "0.7")],
+            vec![
+                (ENVOY_TIMEOUT_HEADER, "15000"),
+                (SCRAPE_TIMEOUT_HEADER, "0.7"),
+            ],
         ] {
             until("a free slot", || exporter.shared().pool().in_use() < 3).await;
             let began = Instant::now();

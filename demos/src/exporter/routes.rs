@@ -7,9 +7,7 @@ use std::rc::Rc;
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY,
-};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
@@ -251,8 +249,11 @@ pub fn envoy_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -
 fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
     let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
     let (default, offset) = (config.scrape_budget, config.scrape_timeout_offset);
-    let budget = scrape_budget(header(SCRAPE_TIMEOUT_HEADER), default, offset)
-        .min(envoy_budget(header(ENVOY_TIMEOUT_HEADER), default, offset));
+    let budget = scrape_budget(header(SCRAPE_TIMEOUT_HEADER), default, offset).min(envoy_budget(
+        header(ENVOY_TIMEOUT_HEADER),
+        default,
+        offset,
+    ));
     Deadline::after(budget)
 }
 
@@ -311,9 +312,7 @@ async fn metrics(shared: &Shared, deadline: Deadline, encoding: Encoding) -> Rep
     if let Some(cache) = &shared.cache {
         shared.pool.publish_metrics();
         return match cache.get(deadline).await {
-            Ok(Rendered { gzip, .. }) if encoding == Encoding::Gzip => {
-                exposition(gzip, encoding)
-            }
+            Ok(Rendered { gzip, .. }) if encoding == Encoding::Gzip => exposition(gzip, encoding),
             Ok(Rendered { plain, .. }) => exposition(plain, encoding),
             Err(err) if err.is_expired() => walk_failed(Walked::<()>::Expired, pool, "scrape"),
             Err(err) => text(
@@ -328,7 +327,9 @@ async fn metrics(shared: &Shared, deadline: Deadline, encoding: Encoding) -> Rep
         .await
     {
         Walked::Done(Ok(body)) => exposition(body, encoding),
-        Walked::Done(Err(err)) => walk_failed(Walked::<()>::Failed(err.to_string()), pool, "scrape"),
+        Walked::Done(Err(err)) => {
+            walk_failed(Walked::<()>::Failed(err.to_string()), pool, "scrape")
+        }
         other => walk_failed(other, pool, "scrape"),
     }
 }
