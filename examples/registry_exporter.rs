@@ -41,8 +41,8 @@ const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 const MAX_CONNECTIONS: usize = 10_000;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// 3.5x smaller for a tenth of the render's time; higher levels save a few percent more for
-/// two to ten times the CPU, spent holding a slot (BENCHMARKS.md).
+/// 3.5x smaller for an eighth of the render's time; higher levels save a few percent more for
+/// up to twenty times that CPU, spent holding a slot (BENCHMARKS.md).
 const GZIP_LEVEL: u32 = 1;
 
 struct Config {
