@@ -246,6 +246,35 @@ fn a_scrape_counts_the_walk_already_running_but_never_itself() {
 }
 
 #[test]
+fn the_cardinality_walk_waits_for_a_slot_instead_of_failing() {
+    let exporter = Exporter::start(&[
+        "--workers",
+        "1",
+        "--series",
+        "100",
+        "--walk-delay-ms",
+        "400",
+        "--cardinality-interval-ms",
+        "50",
+    ]);
+    // Hold the only slot with a scrape (the cardinality walk may hold it first: retry).
+    let waited = (0..50).any(|_| {
+        let addr = exporter.addr;
+        let scrape = std::thread::spawn(move || get(addr, "/metrics", &[]).status);
+        let queued = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            exporter.get("/", &[]).text().contains("waiting: 1")
+        });
+        scrape.join().unwrap() == 200 && queued
+    });
+    assert!(waited, "the cardinality walk never queued behind a scrape");
+    exporter.until("a cardinality report", |page| {
+        page.lines().next().is_some_and(|l| l.ends_with(" series"))
+    });
+    assert!(!exporter.get("/", &[]).text().contains("failed"));
+}
+
+#[test]
 fn scrapes_are_answered_while_two_thousand_idle_connections_are_open() {
     // This process and the exporter (which inherits the limit) each hold one end.
     let limit = raise_fd_limit(2000 + 512);
