@@ -40,6 +40,7 @@ const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [
 [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 const MAX_CONNECTIONS: usize = 10_000;
+const EMFILE: i32 = rustix::io::Errno::MFILE.raw_os_error();
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// 3.5x smaller for an eighth of the render's time; higher levels save a few percent more for
 /// up to twenty times that CPU, spent holding a slot (BENCHMARKS.md).
@@ -107,11 +108,16 @@ fn main() {
 fn walk(handle: &PrometheusHandle, delay: Duration, gzip: bool) -> io::Result<Bytes> {
     std::thread::sleep(delay);
     let text = Bytes::from(handle.render());
-    if !gzip {
-        return Ok(text);
+    if gzip {
+        compress(&text)
+    } else {
+        Ok(text)
     }
+}
+
+fn compress(text: &[u8]) -> io::Result<Bytes> {
     let mut encoder = GzEncoder::new(Vec::new(), Compression::new(GZIP_LEVEL));
-    encoder.write_all(&text)?;
+    encoder.write_all(text)?;
     Ok(encoder.finish()?.into())
 }
 
@@ -149,8 +155,12 @@ async fn run(config: Config) -> io::Result<()> {
     let pool = pool.demand_window(window).build()?;
     let cache = (!ttl.is_zero()).then(|| {
         let handle = handle.clone();
-        let both = move || Ok((walk(&handle, delay, false)?, walk(&handle, delay, true)?));
-        let both = move || both().map_err(|e: io::Error| e.to_string());
+        let both = move || walk(&handle, delay, false).and_then(|p| Ok((compress(&p)?, p)));
+        let both = move || {
+            both()
+                .map(|(gzip, plain)| (plain, gzip))
+                .map_err(|e| e.to_string())
+        };
         Refresh::builder("registry").ttl(ttl).on_pool(&pool, both)
     });
     // std listens with a backlog of 128; listening again raises it to the system's maximum.
@@ -184,7 +194,8 @@ async fn run(config: Config) -> io::Result<()> {
                         .detach();
                 }
                 Ok(_) => {} // every connection has a request in progress: drop this one
-                Err(_) if shed_oldest_idle(&app) => {} // out of descriptors: make room
+                // Out of file descriptors: make room.
+                Err(e) if e.raw_os_error() == Some(EMFILE) && shed_oldest_idle(&app) => {}
                 Err(_) => drop(Timer::after(Duration::from_millis(50)).await),
             }
         }
