@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use loopguard::{OrphanHandler, Pool, TryRunError};
+use loopguard::Fallible;
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::{Pool, TryRunError};
 
 /// A stand-in for serializing a whole metrics registry: blocking, and slow.
 fn walk_registry(series: usize, delay: Duration) -> String {
@@ -52,10 +54,10 @@ fn main() -> std::io::Result<()> {
 
         // A client disconnects mid-walk: its job runs on, keeps its slot, and its failure
         // is reported once on the loop.
-        let orphan = pool.try_run(|| -> Result<String, String> {
+        let orphan = pool.try_run(Fallible(|| -> Result<String, String> {
             std::thread::sleep(Duration::from_millis(50));
             Err("registry lock poisoned".into())
-        });
+        }));
         drop(orphan);
         println!("client left; slots in use: {}", pool.in_use());
         if let Some(report) = reports.recv().await {

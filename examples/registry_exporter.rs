@@ -23,16 +23,19 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::{convert::Infallible, future::Future, rc::Rc, time::Duration};
 
 use async_signal::{Signal, Signals};
-use flate2::{write::GzEncoder, Compression};
+use flate2::{Compression, write::GzEncoder};
 use futures_lite::{FutureExt as _, StreamExt as _};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
-use hyper::{server::conn::http1, service::service_fn, HeaderMap, Request, Response};
-use loopguard::header::{scrape_budget, SCRAPE_TIMEOUT_HEADER};
-use loopguard::{Deadline, Pool, Refresh, RunError, TryRunError};
+use hyper::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{HeaderMap, Request, Response, server::conn::http1, service::service_fn};
+use loopguard::Fallible;
+use loopguard::deadline::Deadline;
+use loopguard::header::request_deadline;
+use loopguard::pool::{Pool, RunError, TryRunError};
+use loopguard::refresh::Refresh;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use smol::channel::{bounded, Receiver, Sender};
+use smol::channel::{Receiver, Sender, bounded};
 use smol::{Async, LocalExecutor, Timer};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
@@ -83,7 +86,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
             },
         }
     }
-    let max = loopguard::MAX_WORKERS;
+    let max = loopguard::pool::MAX_WORKERS;
     if !(1..=max).contains(&c.workers) || c.ms[2].is_zero() || c.ms[4].is_zero() {
         return Err(format!("--workers: 1 to {max}; budget, window: above 0"));
     }
@@ -108,11 +111,7 @@ fn main() {
 fn walk(handle: &PrometheusHandle, delay: Duration, gzip: bool) -> io::Result<Bytes> {
     std::thread::sleep(delay);
     let text = Bytes::from(handle.render());
-    if gzip {
-        compress(&text)
-    } else {
-        Ok(text)
-    }
+    if gzip { compress(&text) } else { Ok(text) }
 }
 
 fn compress(text: &[u8]) -> io::Result<Bytes> {
@@ -144,7 +143,7 @@ async fn run(config: Config) -> io::Result<()> {
     let handle = recorder
         .and_then(|r| r.install_recorder())
         .map_err(io::Error::other)?;
-    loopguard::metrics::describe_metrics();
+    loopguard::telemetry::describe_metrics();
     let labels = |i: usize| [("shard", (i % 64).to_string()), ("id", format!("{i:08x}"))];
     let gauge = |i| metrics::gauge!("synthetic_registry_series", &labels(i));
     let gauges: Vec<_> = (0..config.series).map(gauge).collect();
@@ -302,7 +301,11 @@ async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
         }
     } else {
         let (handle, delay) = (app.handle.clone(), app.config.ms[0]);
-        match app.pool.try_run(move || walk(&handle, delay, gzip)) {
+        // `Fallible`: if this scrape leaves, an `Err` of its walk is still reported.
+        match app
+            .pool
+            .try_run(Fallible(move || walk(&handle, delay, gzip)))
+        {
             // Past the deadline the job is dropped, orphaned: its walk keeps the slot.
             Ok(job) => match deadline.run(job).await {
                 Ok(Ok(Ok(body))) => body,
@@ -366,21 +369,14 @@ async fn cardinality_loop(app: Rc<App>) {
     }
 }
 
-/// The earliest of the server's budget and each one the caller sent, less the offset.
+/// The earliest of the server's budget and each one the caller sent (Prometheus', Envoy's,
+/// gRPC's), less the offset.
 fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
     let [_, _, budget, offset, ..] = config.ms;
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let prometheus = scrape_budget(
-        header(SCRAPE_TIMEOUT_HEADER).map(str::as_bytes),
+    request_deadline(
+        |name| headers.get(name).map(HeaderValue::as_bytes),
         budget,
         offset,
-    );
-    let envoy = header("x-envoy-expected-rq-timeout-ms").and_then(|v| v.trim().parse().ok());
-    let envoy = envoy.and_then(|ms| Duration::from_millis(ms).checked_sub(offset));
-    Deadline::after(
-        envoy
-            .filter(|b| !b.is_zero())
-            .map_or(prometheus, |e| e.min(prometheus)),
     )
 }
 

@@ -37,7 +37,7 @@ use async_io::Timer;
 ///
 /// ```
 /// use std::time::Duration;
-/// use loopguard::Deadline;
+/// use loopguard::deadline::Deadline;
 ///
 /// let overall = Deadline::after(Duration::from_secs(1));
 /// let step = overall.min(Deadline::after(Duration::from_millis(200)));
@@ -76,7 +76,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// assert!(!Deadline::after(Duration::from_secs(5)).is_never());
     /// assert!(Deadline::after(Duration::MAX).is_never());
@@ -93,7 +93,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Instant;
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let now = Instant::now();
     /// assert_eq!(Deadline::at(now).instant(), Some(now));
@@ -107,7 +107,7 @@ impl Deadline {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let d = Deadline::never();
     /// assert!(d.is_never());
@@ -123,7 +123,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let now = Instant::now();
     /// let a = Deadline::at(now + Duration::from_secs(1));
@@ -140,7 +140,7 @@ impl Deadline {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// assert_eq!(Deadline::never().instant(), None);
     /// ```
@@ -154,7 +154,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Instant;
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// assert!(Deadline::never().is_never());
     /// assert!(!Deadline::at(Instant::now()).is_never());
@@ -169,7 +169,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let left = Deadline::after(Duration::from_secs(10)).remaining().unwrap();
     /// assert!(left <= Duration::from_secs(10));
@@ -184,7 +184,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let now = Instant::now();
     /// let d = Deadline::at(now + Duration::from_secs(3));
@@ -201,7 +201,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// assert!(Deadline::at(Instant::now()).is_expired());
     /// assert!(!Deadline::after(Duration::from_secs(60)).is_expired());
@@ -217,7 +217,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::{Duration, Instant};
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let now = Instant::now();
     /// let d = Deadline::at(now + Duration::from_secs(1));
@@ -240,7 +240,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::{Deadline, Expired};
+    /// use loopguard::deadline::{Deadline, Expired};
     ///
     /// fn walk(rows: &[u32], deadline: Deadline) -> Result<u64, Expired> {
     ///     let mut sum = 0;
@@ -270,7 +270,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::{Deadline, Expired};
+    /// use loopguard::deadline::{Deadline, Expired};
     ///
     /// # futures_lite::future::block_on(async {
     /// let quick = Deadline::after(Duration::from_secs(5)).run(async { 7 }).await;
@@ -299,7 +299,7 @@ impl Deadline {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::{Deadline, Expired};
+    /// use loopguard::deadline::{Deadline, Expired};
     ///
     /// # futures_lite::future::block_on(async {
     /// let d = Deadline::after(Duration::from_millis(20));
@@ -322,7 +322,7 @@ impl Deadline {
 ///
 /// ```
 /// use std::io;
-/// use loopguard::Expired;
+/// use loopguard::deadline::Expired;
 ///
 /// assert_eq!(Expired.to_string(), "deadline expired");
 /// let e: io::Error = Expired.into();
@@ -399,7 +399,7 @@ impl<F> Within<F> {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     ///
     /// let within = Deadline::never().run(async {});
     /// assert!(within.deadline().is_never());

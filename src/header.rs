@@ -1,13 +1,42 @@
-//! A scrape budget from Prometheus' scrape-timeout header.
+//! Budgets from request headers: how long the caller will wait, as it says itself.
 //!
-//! Prometheus tells a target how long it will wait for a scrape in the
-//! [`SCRAPE_TIMEOUT_HEADER`] request header, in seconds (`"10"`, `"0.5"`). An exporter
-//! that answers within that time, less a margin for encoding and the network, serves
-//! the scrape instead of finishing work nobody will read.
+//! Callers that time out say so in a header, and an answer after that moment is work
+//! nobody will read:
 //!
-//! The header is outside input: a value that is not a positive, finite number of
-//! seconds, or that the margin uses up, is ignored and the server's own default
-//! budget stands. Parsing never panics.
+//! | header | sent by | format |
+//! |---|---|---|
+//! | [`SCRAPE_TIMEOUT_HEADER`] | Prometheus, on every scrape | seconds, decimal (`10`, `0.5`) |
+//! | [`ENVOY_TIMEOUT_HEADER`] | Envoy (Istio), on routed requests | whole milliseconds (`15000`) |
+//! | [`GRPC_TIMEOUT_HEADER`] | gRPC clients | 1 to 8 digits and a unit `H` `M` `S` `m` `u` `n` (`500m`) |
+//!
+//! Each is outside input, parsed with the same rules: a value counts only when it is a
+//! finite, positive duration that fits a [`Duration`] (surrounding ASCII whitespace
+//! allowed); anything else (missing, empty, zero, negative, not a number, out of range,
+//! not UTF-8) is ignored. Parsing never panics.
+//!
+//! A budget is `min(default, timeout - offset)`: the server's own default, cut by what the
+//! caller said less an `offset` kept for encoding, sending and parsing the answer. A
+//! timeout the offset uses up leaves the default. [`request_deadline`] spends the earliest
+//! of all three headers at once.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use loopguard::header::{request_deadline, ENVOY_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER};
+//!
+//! // Any header map works: give a lookup by name (compare names case-insensitively).
+//! let headers = [(SCRAPE_TIMEOUT_HEADER, "10"), (ENVOY_TIMEOUT_HEADER, "3000")];
+//! let lookup = |name: &str| {
+//!     headers
+//!         .iter()
+//!         .find(|(n, _)| n.eq_ignore_ascii_case(name))
+//!         .map(|(_, v)| v.as_bytes())
+//! };
+//! let deadline = request_deadline(lookup, Duration::from_secs(30), Duration::from_millis(500));
+//! // Envoy's 3 s is the earliest: 2.5 s left after the offset.
+//! assert!(deadline.remaining().unwrap() <= Duration::from_millis(2500));
+//! ```
 
 use std::time::Duration;
 
@@ -26,16 +55,120 @@ use crate::deadline::Deadline;
 /// ```
 pub const SCRAPE_TIMEOUT_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 
-/// The budget for one scrape: `min(default, header - offset)`.
+/// The request header in which Envoy sends the time it will wait for the upstream, in
+/// whole milliseconds.
 ///
-/// `value` is the raw header value, if the request had one. It counts only when it
-/// is a finite, positive number of seconds (surrounding ASCII whitespace allowed) that
-/// fits a [`Duration`] and exceeds `offset`. Anything else (missing, empty, zero,
-/// negative, NaN, infinite, out of range, not a number, not UTF-8, or a value that
-/// `offset` uses up) leaves `default`.
+/// # Examples
 ///
-/// The result never exceeds `default`, and is greater than zero whenever `default`
-/// is.
+/// ```
+/// assert_eq!(loopguard::header::ENVOY_TIMEOUT_HEADER, "x-envoy-expected-rq-timeout-ms");
+/// ```
+pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
+
+/// The request header in which a gRPC client sends its deadline as a timeout.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::header::GRPC_TIMEOUT_HEADER, "grpc-timeout");
+/// ```
+pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+
+/// The timeout in an [`SCRAPE_TIMEOUT_HEADER`] value: a finite, positive decimal number of
+/// seconds (`"10"`, `"0.5"`, `"1e1"`), or `None`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::scrape_timeout;
+///
+/// assert_eq!(scrape_timeout(b" 9.5 "), Some(Duration::from_millis(9500)));
+/// assert_eq!(scrape_timeout(b"-1"), None);
+/// assert_eq!(scrape_timeout(b"NaN"), None);
+/// ```
+pub fn scrape_timeout(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value.trim_ascii()).ok()?;
+    let seconds: f64 = text.parse().ok()?;
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return None;
+    }
+    // Values too big for a `Duration` are an error here, not a panic.
+    positive(Duration::try_from_secs_f64(seconds).ok()?)
+}
+
+/// The timeout in an [`ENVOY_TIMEOUT_HEADER`] value: a positive whole number of
+/// milliseconds (ASCII digits only), or `None`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::envoy_timeout;
+///
+/// assert_eq!(envoy_timeout(b"15000"), Some(Duration::from_secs(15)));
+/// assert_eq!(envoy_timeout(b"0"), None);
+/// assert_eq!(envoy_timeout(b"1.5"), None);
+/// assert_eq!(envoy_timeout(b"+15"), None);
+/// ```
+pub fn envoy_timeout(value: &[u8]) -> Option<Duration> {
+    let millis = digits(value.trim_ascii(), 20)?;
+    positive(Duration::from_millis(millis))
+}
+
+/// The timeout in a [`GRPC_TIMEOUT_HEADER`] value: 1 to 8 ASCII digits followed by a unit
+/// (`H` hours, `M` minutes, `S` seconds, `m` milliseconds, `u` microseconds, `n`
+/// nanoseconds), positive, or `None`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::grpc_timeout;
+///
+/// assert_eq!(grpc_timeout(b"500m"), Some(Duration::from_millis(500)));
+/// assert_eq!(grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
+/// assert_eq!(grpc_timeout(b"123456789S"), None, "at most 8 digits");
+/// assert_eq!(grpc_timeout(b"10"), None, "a unit is required");
+/// ```
+pub fn grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (unit, number) = value.trim_ascii().split_last()?;
+    let amount = digits(number, 8)?;
+    let timeout = match unit {
+        b'H' => Duration::from_secs(amount.checked_mul(3600)?),
+        b'M' => Duration::from_secs(amount.checked_mul(60)?),
+        b'S' => Duration::from_secs(amount),
+        b'm' => Duration::from_millis(amount),
+        b'u' => Duration::from_micros(amount),
+        b'n' => Duration::from_nanos(amount),
+        _ => return None,
+    };
+    positive(timeout)
+}
+
+/// `min(default, timeout - offset)`; `default` when there is no timeout or `offset` uses
+/// it up. Never exceeds `default`, and is greater than zero whenever `default` is.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::budget;
+///
+/// let (default, offset) = (Duration::from_secs(30), Duration::from_millis(500));
+/// assert_eq!(budget(Some(Duration::from_secs(10)), default, offset), Duration::from_millis(9500));
+/// assert_eq!(budget(Some(Duration::from_millis(400)), default, offset), default);
+/// assert_eq!(budget(None, default, offset), default);
+/// ```
+pub fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) -> Duration {
+    match timeout.and_then(|t| t.checked_sub(offset)) {
+        Some(budget) if !budget.is_zero() => budget.min(default),
+        _ => default,
+    }
+}
+
+/// The budget for one scrape: [`budget`] of the [`scrape_timeout`] in `value`, the raw
+/// [`SCRAPE_TIMEOUT_HEADER`] value if the request had one.
 ///
 /// # Examples
 ///
@@ -53,19 +186,13 @@ pub const SCRAPE_TIMEOUT_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 /// assert_eq!(scrape_budget(None, default, margin), default);
 /// ```
 pub fn scrape_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
-    match value
-        .and_then(parse_seconds)
-        .and_then(|t| t.checked_sub(offset))
-    {
-        Some(budget) if !budget.is_zero() => budget.min(default),
-        _ => default,
-    }
+    budget(value.and_then(scrape_timeout), default, offset)
 }
 
 /// A deadline [`scrape_budget()`] from now.
 ///
-/// Call it when the request arrives, before any queue, so the wait for a slot
-/// spends the same budget as the work.
+/// Call it when the request arrives, before any queue, so the wait for a slot spends the
+/// same budget as the work.
 ///
 /// # Examples
 ///
@@ -80,14 +207,95 @@ pub fn scrape_deadline(value: Option<&[u8]>, default: Duration, offset: Duration
     Deadline::after(scrape_budget(value, default, offset))
 }
 
-/// A positive, finite number of seconds that fits a `Duration`, or `None`.
-fn parse_seconds(raw: &[u8]) -> Option<Duration> {
-    let text = std::str::from_utf8(raw.trim_ascii()).ok()?;
-    let seconds: f64 = text.parse().ok()?;
-    if !(seconds.is_finite() && seconds > 0.0) {
+/// A deadline from now: [`budget`] of the [`envoy_timeout`] in `value`, the raw
+/// [`ENVOY_TIMEOUT_HEADER`] value if the request had one.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::envoy_deadline;
+///
+/// let deadline = envoy_deadline(Some(b"2000"), Duration::from_secs(30), Duration::from_millis(500));
+/// assert!(deadline.remaining().unwrap() <= Duration::from_millis(1500));
+/// ```
+pub fn envoy_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
+    Deadline::after(budget(value.and_then(envoy_timeout), default, offset))
+}
+
+/// A deadline from now: [`budget`] of the [`grpc_timeout`] in `value`, the raw
+/// [`GRPC_TIMEOUT_HEADER`] value if the request had one.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::grpc_deadline;
+///
+/// let deadline = grpc_deadline(Some(b"1S"), Duration::from_secs(30), Duration::ZERO);
+/// assert!(deadline.remaining().unwrap() <= Duration::from_secs(1));
+/// ```
+pub fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
+    Deadline::after(budget(value.and_then(grpc_timeout), default, offset))
+}
+
+/// The budget of a request that may carry any of the three headers: [`budget`] of the
+/// earliest valid timeout among them. `lookup` returns a header's raw value by name
+/// (matching names case-insensitively, as HTTP header maps do).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::{request_budget, GRPC_TIMEOUT_HEADER};
+///
+/// let lookup = |name: &str| (name == GRPC_TIMEOUT_HEADER).then_some(&b"2S"[..]);
+/// let budget = request_budget(lookup, Duration::from_secs(30), Duration::from_millis(500));
+/// assert_eq!(budget, Duration::from_millis(1500));
+/// ```
+pub fn request_budget<'a>(
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+    default: Duration,
+    offset: Duration,
+) -> Duration {
+    type Parse = fn(&[u8]) -> Option<Duration>;
+    let parsers: [(&str, Parse); 3] = [
+        (SCRAPE_TIMEOUT_HEADER, scrape_timeout),
+        (ENVOY_TIMEOUT_HEADER, envoy_timeout),
+        (GRPC_TIMEOUT_HEADER, grpc_timeout),
+    ];
+    parsers
+        .iter()
+        .map(|(name, parse)| budget(lookup(name).and_then(parse), default, offset))
+        .min()
+        .unwrap_or(default)
+}
+
+/// A deadline [`request_budget`] from now. Call it when the request arrives, before any
+/// queue.
+///
+/// # Examples
+///
+/// See the [module docs](self).
+pub fn request_deadline<'a>(
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+    default: Duration,
+    offset: Duration,
+) -> Deadline {
+    Deadline::after(request_budget(lookup, default, offset))
+}
+
+/// 1 to `max` ASCII digits as a number, or `None` (no sign, no other character, no
+/// overflow).
+fn digits(raw: &[u8], max: usize) -> Option<u64> {
+    if raw.is_empty() || raw.len() > max || !raw.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    // Values too big for a `Duration` are an error here, not a panic.
-    let duration = Duration::try_from_secs_f64(seconds).ok()?;
-    (!duration.is_zero()).then_some(duration)
+    raw.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+fn positive(timeout: Duration) -> Option<Duration> {
+    (!timeout.is_zero()).then_some(timeout)
 }

@@ -1,51 +1,63 @@
 //! Keep a single-threaded async event loop responsive while it offloads blocking work.
 //!
-//! A service on smol, async-std or an `async_executor::LocalExecutor` that serializes a
-//! whole metrics registry, walks a cardinality report or runs a SQL collector must not do
-//! that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
+//! A service on smol or an `async_executor::LocalExecutor` (or on async-std, discontinued
+//! upstream in favour of smol) that serializes a whole metrics registry, walks a
+//! cardinality report or runs a SQL collector must not do that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
 //! queue without bound: under a scrape storm every caller waits behind redundant walks and
 //! gets a late answer instead of a clear "busy". And when a caller leaves, the thread runs
 //! on while its result, and any failure, vanishes.
 //!
-//! loopguard gives the loop a [`Pool`] whose admission gate is sized to its threads:
+//! loopguard gives the loop a [`Pool`](pool::Pool) whose admission gate is sized to its
+//! threads:
 //!
-//! - [`Pool::try_run`] fails fast with [`Saturated`] and a `retry_after` hint (an HTTP 503
-//!   with `Retry-After`), without awaiting, allocating or queueing;
-//! - [`Pool::run`] waits for a slot in FIFO order, and a freed slot goes to the oldest
-//!   waiter rather than to whoever calls `try_run` next;
+//! - [`Pool::try_run`](pool::Pool::try_run) fails fast with a `retry_after` hint (an HTTP
+//!   503 with `Retry-After`), without awaiting, allocating or queueing;
+//! - [`Pool::run`](pool::Pool::run) waits for a slot in FIFO order, and a freed slot goes to
+//!   the oldest waiter rather than to whoever calls `try_run` next;
 //! - a slot is released by the worker thread when the job has *finished*, never by the
-//!   awaiting future: dropping a [`Job`] orphans the job, which keeps its slot until its
-//!   thread is done, and whose failure reaches the pool's [`OrphanHandler`] exactly once;
+//!   awaiting future ([the slot rule](pool::Pool#the-slot-rule)): dropping a
+//!   [`Job`](pool::Job) orphans the job, which keeps its slot until its thread is done, and
+//!   whose failure reaches the pool's [`OrphanHandler`](orphan::OrphanHandler) exactly once;
 //! - a job running past a threshold is reported, so a pool that never frees a slot is
-//!   visible, and every pool publishes honest numbers through the [`metrics`](mod@metrics)
-//!   facade.
+//!   visible, and every pool publishes honest numbers through the `metrics` facade
+//!   ([`telemetry`]).
 //!
-//! The same contract exists for async work ([`Shield`]: a runner you spawn and a handle
-//! whose drop orphans the work), and [`Refresh`] builds a single-flight TTL cache on either.
+//! The same contract exists for async work ([`shield`]: a runner you spawn and a handle
+//! whose drop orphans the work), and [`refresh`] builds a single-flight TTL cache on either.
 //!
 //! The other pieces:
 //!
-//! - [`Deadline`]: one absolute instant fixed at call entry that every wait spends:
-//!   [`Pool::run_within`] (the slot wait and the job), [`retry::Retry`] (attempts and
-//!   backoff sleeps), [`Deadline::run`] for any future. After expiry nothing new starts and
-//!   a late result is not returned as success. Expiry is *cooperative*: it is observed at
-//!   await points and at [`Deadline::check`] in blocking code, never by pre-empting a
-//!   thread. [`header::scrape_deadline`] derives one from Prometheus'
-//!   `X-Prometheus-Scrape-Timeout-Seconds`.
-//! - Load signals: every pool's [`Pool::demand`] (time-weighted holders + waiters, see
-//!   [`Demand`]) and [`KeyedGate`], per-key admission with atomic reject-when-busy.
-//! - [`operation::Operation`]: one duration observation per operation, `cancelled` when its
-//!   future is dropped, the clock started before the first queue.
+//! - [`deadline`]: one absolute instant fixed at call entry that every wait spends:
+//!   [`Pool::run_within`](pool::Pool::run_within) (the slot wait and the job),
+//!   [`retry::Retry`] (attempts and backoff sleeps),
+//!   [`Deadline::run`](deadline::Deadline::run) for any future. After expiry nothing new
+//!   starts and a late result is not returned as success. Expiry is *cooperative*: it is
+//!   observed at await points and at [`Deadline::check`](deadline::Deadline::check) in
+//!   blocking code, never by pre-empting a thread. [`header`] derives one from the budgets
+//!   callers send (Prometheus' `X-Prometheus-Scrape-Timeout-Seconds`, Envoy's
+//!   `x-envoy-expected-rq-timeout-ms`, gRPC's `grpc-timeout`).
+//! - Load signals: every pool's [`Pool::demand`](pool::Pool::demand) (time-weighted
+//!   holders plus waiters, see [`demand`]) and [`keyed`], per-key admission with atomic
+//!   reject-when-busy.
+//! - [`operation`]: one duration observation per operation, `cancelled` when its future is
+//!   dropped, the clock started before the first queue.
+//!
+//! # Where things are
+//!
+//! Each item has one path: its module. Only [`Panicked`] and [`Fallible`] live at the root,
+//! because the pool, the shield and the cache all use them. A job's or a future's output
+//! may be of any type; a panic is always a failure, and an `Err` is one when the work is
+//! wrapped in [`Fallible`].
 //!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
-//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
-//! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
-//! It never depends on tokio.
+//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, `LocalExecutor`,
+//! `futures_lite::future::block_on`, tokio's current-thread runtime and async-std (for
+//! applications migrating off it). It never depends on tokio.
 //!
 //! # Examples
 //!
 //! ```
-//! use loopguard::{Pool, TryRunError};
+//! use loopguard::pool::{Pool, TryRunError};
 //!
 //! # futures_lite::future::block_on(async {
 //! let pool = Pool::builder().name("registry-serve").workers(2).build()?;
@@ -82,47 +94,23 @@
     unreachable_pub
 )]
 
-mod builder;
-pub mod deadline;
-pub mod demand;
-mod error;
-mod gate;
-pub mod header;
-mod job;
-pub mod keyed;
-pub mod metrics;
-pub mod operation;
-pub mod orphan;
-mod outcome;
-mod pool;
-pub mod refresh;
-pub mod retry;
-mod run;
-mod shared;
-pub mod shield;
+mod failure;
+mod handoff;
 mod sync;
 
-pub use crate::builder::{PoolBuilder, MAX_WORKERS};
-pub use crate::deadline::{Deadline, Expired};
-pub use crate::demand::Demand;
-pub use crate::error::{Panicked, RunError, Saturated, TryRunError};
-pub use crate::job::Job;
-pub use crate::keyed::KeyedGate;
-pub use crate::orphan::{OrphanHandler, OrphanReceiver, Report, ReportKind};
-pub use crate::outcome::JobOutput;
-pub use crate::pool::{Pool, PoolStats};
-pub use crate::refresh::{Refresh, RefreshError, Served};
-pub use crate::shield::{Shield, ShieldError, Shielded};
+pub mod deadline;
+pub mod demand;
+pub mod header;
+pub mod keyed;
+pub mod operation;
+pub mod orphan;
+pub mod pool;
+pub mod refresh;
+pub mod retry;
+pub mod shield;
+pub mod telemetry;
 
-/// The named futures of this crate.
-pub mod futures {
-    pub use crate::deadline::{Sleep, Within};
-    pub use crate::keyed::Acquire;
-    pub use crate::operation::Measured;
-    pub use crate::retry::RetryFuture;
-    pub use crate::run::Run;
-    pub use crate::shield::Runner;
-}
+pub use crate::failure::{Fallible, Panicked};
 
 // The README's examples are compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -2,7 +2,7 @@
 //!
 //! An [`Operation`] names a kind of call (say, `catalog`). Wrapping a call with
 //! [`Operation::measure()`] starts its clock *at wrap time*, before the call's first
-//! queue (a semaphore, a connection pool, a [`Pool`](crate::Pool) slot), raises
+//! queue (a semaphore, a connection pool, a [`Pool`](crate::pool::Pool) slot), raises
 //! `loopguard_operations_in_flight{operation}`, and when the call ends, one way or
 //! another, records exactly one observation in
 //! `loopguard_operation_duration_seconds{operation, outcome}`:
@@ -33,7 +33,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use loopguard::Deadline;
+//! use loopguard::deadline::Deadline;
 //! use loopguard::operation::Operation;
 //!
 //! # futures_lite::future::block_on(async {
@@ -57,10 +57,10 @@ use std::time::Instant;
 use ::metrics::{Gauge, Histogram, SharedString};
 
 use crate::deadline::Expired;
-use crate::metrics::{
-    LABEL_OPERATION, LABEL_OUTCOME, OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS,
-};
 use crate::retry::RetryError;
+use crate::telemetry::{
+    LABEL_OPERATION, LABEL_OUTCOME, OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT,
+};
 
 /// How an operation ended: the `outcome` label of
 /// `loopguard_operation_duration_seconds`.
@@ -148,7 +148,7 @@ impl fmt::Display for Outcome {
 ///
 /// ```
 /// use loopguard::operation::{Classify, Outcome};
-/// use loopguard::Expired;
+/// use loopguard::deadline::Expired;
 ///
 /// enum FetchError { TooLate, Refused }
 ///
@@ -334,7 +334,7 @@ impl Operation {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::{Deadline, Expired};
+    /// use loopguard::deadline::{Deadline, Expired};
     /// use loopguard::operation::Operation;
     ///
     /// # futures_lite::future::block_on(async {
@@ -483,7 +483,7 @@ pin_project_lite::pin_project! {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::futures::Measured;
+    /// use loopguard::operation::Measured;
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {

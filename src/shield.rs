@@ -8,10 +8,11 @@
 //!   future to completion, catching a panic;
 //! - a [`Shielded`] handle. Awaiting it gives the output, or [`ShieldError::Panicked`].
 //!   Dropping it *orphans* the work: the runner goes on, and if the work then fails (panics,
-//!   or returns a failure in the sense of [`JobOutput`], such as an `Err`), the failure goes
-//!   to the shield's [`OrphanHandler`], exactly once.
+//!   or returns an `Err` from a future wrapped in [`Fallible`]), the failure goes to the
+//!   shield's [`OrphanHandler`], exactly once.
 //!
-//! This is the contract of a pool [`Job`](crate::Job) for async work. A failure the caller
+//! The future's output may be of any type (see [`IntoShielded`]). This is the contract of a
+//! pool [`Job`](crate::pool::Job) for async work, on the same hand-off. A failure the caller
 //! awaited is never reported; an orphaned failure is never lost; completion and drop can
 //! race in any order. The runner itself may be dropped before it finished (an executor
 //! shutting down drops its tasks): the handle then resolves to [`ShieldError::RunnerDropped`]
@@ -24,22 +25,84 @@
 //! shields and pools distinct names), and in [`Shield::orphaned_failures`]. The series is
 //! created with a zero when the shield is built, so install the recorder first.
 //!
-//! [`ORPHANED_FAILURES_TOTAL`]: crate::metrics::ORPHANED_FAILURES_TOTAL
+//! [`ORPHANED_FAILURES_TOTAL`]: crate::telemetry::ORPHANED_FAILURES_TOTAL
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::error::Panicked;
-use crate::metrics::ORPHANED_FAILURES_TOTAL;
-use crate::orphan::{describe_failure, OrphanHandler, Report};
-use crate::outcome::JobOutput;
-use crate::sync::{drop_quietly, lock, panic_message, wake_quietly};
+use crate::failure::{self, Classifier, Fallible, Panicked};
+use crate::handoff::{Finished, Handoff, Taken};
+use crate::orphan::{OrphanHandler, Reporter};
+use crate::sync::{drop_quietly, panic_message};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a [`Shield`] wraps: any future, or a future whose output is `Result<T, E>` wrapped
+/// in [`Fallible`] to have an orphaned `Err` reported.
+///
+/// Implemented for exactly those two; there is nothing to implement yourself.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::Fallible;
+/// use loopguard::shield::Shield;
+///
+/// # futures_lite::future::block_on(async {
+/// let shield = Shield::new("flush");
+/// let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("disk full") }));
+/// drop(handle); // nobody waits: the `Err` is reported
+/// runner.await;
+/// assert_eq!(shield.orphaned_failures(), 1);
+/// # });
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not work a shield can wrap",
+    label = "not a future",
+    note = "a shield wraps a future (`async {{ .. }}`); wrap one whose output is `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported"
+)]
+pub trait IntoShielded: sealed::Sealed {
+    /// The future that runs.
+    type Future: Future<Output = Self::Output>;
+    /// What the work returns.
+    type Output;
+
+    #[doc(hidden)]
+    fn into_parts(self) -> (Self::Future, Classifier<Self::Output>);
+}
+
+impl<F: Future> sealed::Sealed for F {}
+
+impl<F: Future> IntoShielded for F {
+    type Future = F;
+    type Output = F::Output;
+
+    fn into_parts(self) -> (F, Classifier<F::Output>) {
+        (self, failure::never::<F::Output>)
+    }
+}
+
+impl<F> sealed::Sealed for Fallible<F> {}
+
+impl<F, T, E> IntoShielded for Fallible<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: fmt::Debug,
+{
+    type Future = F;
+    type Output = Result<T, E>;
+
+    fn into_parts(self) -> (F, Classifier<Result<T, E>>) {
+        (self.0, failure::when_err::<T, E>)
+    }
+}
 
 /// Where orphaned async work reports its failures; see the [module docs](self).
 ///
@@ -48,7 +111,8 @@ use crate::sync::{drop_quietly, lock, panic_message, wake_quietly};
 /// # Examples
 ///
 /// ```
-/// use loopguard::{OrphanHandler, Shield};
+/// use loopguard::orphan::OrphanHandler;
+/// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
 /// let shield = Shield::with_handler("flush", OrphanHandler::new(|r| eprintln!("{r}")));
@@ -62,15 +126,7 @@ use crate::sync::{drop_quietly, lock, panic_message, wake_quietly};
 /// ```
 #[derive(Clone)]
 pub struct Shield {
-    inner: Arc<Origin>,
-}
-
-/// What a shield's runners need to report a failure.
-struct Origin {
-    name: Arc<str>,
-    handler: OrphanHandler,
-    orphaned: AtomicU64,
-    counter: ::metrics::Counter,
+    reporter: Arc<Reporter>,
 }
 
 impl Shield {
@@ -79,7 +135,7 @@ impl Shield {
     /// # Examples
     ///
     /// ```
-    /// let shield = loopguard::Shield::new("uploads");
+    /// let shield = loopguard::shield::Shield::new("uploads");
     /// assert_eq!(shield.name(), "uploads");
     /// ```
     pub fn new(name: &str) -> Shield {
@@ -94,67 +150,55 @@ impl Shield {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::{OrphanHandler, Shield};
+    /// use loopguard::orphan::OrphanHandler;
+    /// use loopguard::shield::Shield;
     ///
     /// let (handler, _reports) = OrphanHandler::channel(16);
     /// let shield = Shield::with_handler("uploads", handler);
     /// assert_eq!(shield.orphaned_failures(), 0);
     /// ```
     pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
-        let counter = ::metrics::counter!(ORPHANED_FAILURES_TOTAL, "pool" => name.to_string());
-        counter.increment(0);
         Shield {
-            inner: Arc::new(Origin {
-                name: Arc::from(name),
-                handler,
-                orphaned: AtomicU64::new(0),
-                counter,
-            }),
+            reporter: Arc::new(Reporter::new(Arc::from(name), handler)),
         }
     }
 
-    /// Splits `future` into a [`Runner`] to spawn and a [`Shielded`] handle to await or
+    /// Splits `work` into a [`Runner`] to spawn and a [`Shielded`] handle to await or
     /// drop. Nothing runs until the runner is polled.
     ///
     /// # Examples
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::Shield::new("ping");
+    /// let shield = loopguard::shield::Shield::new("ping");
     /// let (runner, handle) = shield.wrap(async { 1 + 1 });
     /// runner.await; // normally spawned and detached
     /// assert_eq!(handle.await, Ok(2));
     /// # });
     /// ```
-    pub fn wrap<F>(&self, future: F) -> (Runner<F>, Shielded<F::Output>)
-    where
-        F: Future,
-        F::Output: JobOutput,
-    {
-        let cell = Arc::new(Cell {
-            origin: self.inner.clone(),
-            slot: Mutex::new(Slot::Pending(None)),
-            report: Origin::report::<F::Output>,
-        });
+    pub fn wrap<W: IntoShielded>(&self, work: W) -> (Runner<W::Future>, Shielded<W::Output>) {
+        let (future, classify) = work.into_parts();
+        let handoff = Arc::new(Handoff::new(classify, self.reporter.clone()));
         let runner = Runner {
             future: Some(future),
             delivery: Delivery {
-                cell: Some(cell.clone()),
+                handoff: Some(handoff.clone()),
             },
             started: None,
         };
-        (runner, Shielded { cell })
+        (runner, Shielded { handoff })
     }
 
-    /// The shield's name: the [`Report::origin`] of its reports and its `pool` label.
+    /// The shield's name: the [`Report::origin`](crate::orphan::Report::origin) of its
+    /// reports and its `pool` label.
     ///
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::Shield::new("a").name(), "a");
+    /// assert_eq!(loopguard::shield::Shield::new("a").name(), "a");
     /// ```
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.reporter.origin()
     }
 
     /// Orphaned failures reported so far by this shield and its clones.
@@ -163,34 +207,21 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::Shield::new("quiet");
-    /// let (runner, handle) = shield.wrap(async { Err::<(), _>("lost") });
+    /// let shield = loopguard::shield::Shield::new("quiet");
+    /// let (runner, handle) = shield.wrap(async { panic!("lost") });
     /// drop(handle);
     /// runner.await;
     /// assert_eq!(shield.orphaned_failures(), 1);
     /// # });
     /// ```
     pub fn orphaned_failures(&self) -> u64 {
-        self.inner.orphaned.load(Ordering::Relaxed)
+        self.reporter.orphaned()
     }
 
     /// Reports a failure nobody else will see, as an orphaned failure of this shield.
-    pub(crate) fn report<T: JobOutput>(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        self.inner.report(result, elapsed);
-    }
-}
-
-impl Origin {
-    fn report<T: JobOutput>(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        let Some((kind, message)) = describe_failure(&result) else {
-            drop_quietly(result);
-            return;
-        };
-        drop_quietly(result);
-        self.orphaned.fetch_add(1, Ordering::Relaxed);
-        self.counter.increment(1);
-        self.handler
-            .report(Report::new(self.name.clone(), kind, message, elapsed));
+    pub(crate) fn report_panic(&self, panicked: Panicked, elapsed: Duration) {
+        self.reporter
+            .orphaned_outcome::<()>(Err(panicked), failure::never::<()>, elapsed);
     }
 }
 
@@ -203,75 +234,16 @@ impl fmt::Debug for Shield {
     }
 }
 
-/// Where the outcome of shielded work stands. Every transition happens under one lock, so
-/// completion and drop cannot both claim (or both miss) a failure.
-enum Slot<T> {
-    /// Running; the waker of whoever awaits the handle.
-    Pending(Option<Waker>),
-    /// Finished, not yet taken by the handle.
-    Ready(Result<T, Panicked>, Duration),
-    /// The handle was dropped first: the runner reports.
-    Orphaned,
-    /// The runner was dropped before finishing.
-    RunnerDropped,
-    /// The outcome was taken, reported or discarded.
-    Taken,
-}
-
-struct Cell<T> {
-    origin: Arc<Origin>,
-    slot: Mutex<Slot<T>>,
-    /// `Origin::report::<T>`, captured where `T: JobOutput` is known, so that `Drop` of
-    /// the handle needs no bound.
-    report: fn(&Origin, Result<T, Panicked>, Duration),
-}
-
-impl<T: JobOutput> Cell<T> {
-    /// The runner finished: hand the outcome over, or report it if the handle is gone.
-    fn deliver(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        let mut slot = lock(&self.slot);
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Pending(waker) => {
-                *slot = Slot::Ready(result, elapsed);
-                drop(slot);
-                if let Some(waker) = waker {
-                    wake_quietly(waker);
-                }
-            }
-            _ => {
-                drop(slot);
-                self.origin.report(result, elapsed);
-            }
-        }
-    }
-}
-
-impl<T> Cell<T> {
-    /// The runner is gone without an outcome.
-    fn runner_dropped(&self) {
-        let mut slot = lock(&self.slot);
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Pending(waker) => {
-                *slot = Slot::RunnerDropped;
-                drop(slot);
-                if let Some(waker) = waker {
-                    wake_quietly(waker);
-                }
-            }
-            other => *slot = other,
-        }
-    }
-}
-
-/// The runner's side of the cell; tells the handle if the runner goes without delivering.
+/// The runner's side of the hand-off; tells the handle if the runner goes without
+/// delivering.
 struct Delivery<T> {
-    cell: Option<Arc<Cell<T>>>,
+    handoff: Option<Arc<Handoff<T>>>,
 }
 
 impl<T> Drop for Delivery<T> {
     fn drop(&mut self) {
-        if let Some(cell) = self.cell.take() {
-            cell.runner_dropped();
+        if let Some(handoff) = self.handoff.take() {
+            handoff.abandon();
         }
     }
 }
@@ -300,7 +272,7 @@ pin_project_lite::pin_project! {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::Shield::new("local");
+    /// let shield = loopguard::shield::Shield::new("local");
     /// let rc = std::rc::Rc::new(5); // `!Send` state is fine on a LocalExecutor
     /// let (runner, handle) = shield.wrap(async move { *rc * 2 });
     /// ex.spawn(runner).detach();
@@ -316,11 +288,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F> Future for Runner<F>
-where
-    F: Future,
-    F::Output: JobOutput,
-{
+impl<F: Future> Future for Runner<F> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -340,8 +308,8 @@ where
         };
         // Drop the finished future before delivering, containing a panic from its `Drop`.
         let _ = catch_unwind(AssertUnwindSafe(|| this.future.set(None)));
-        if let Some(cell) = this.delivery.cell.take() {
-            cell.deliver(result, started.elapsed());
+        if let Some(handoff) = this.delivery.handoff.take() {
+            handoff.deliver(result, started.elapsed());
         }
         Poll::Ready(())
     }
@@ -363,10 +331,9 @@ impl<F: Future> fmt::Debug for Runner<F> {
 /// # Cancel safety
 ///
 /// Dropping the handle *orphans* the work; it never cancels it. The runner finishes it, and
-/// if it fails (panics, or returns an `Err` or another failure in the sense of
-/// [`JobOutput`]) the failure goes to the shield's [`OrphanHandler`] exactly once, whether
-/// the work finished before or after the drop. A failure returned to an awaiting caller is
-/// never reported.
+/// if it fails (panics, or returns an `Err` from [`Fallible`] work) the failure goes to the
+/// shield's [`OrphanHandler`] exactly once, whether the work finished before or after the
+/// drop. A failure returned to an awaiting caller is never reported.
 ///
 /// # Panics
 ///
@@ -380,17 +347,17 @@ impl<F: Future> fmt::Debug for Runner<F> {
 ///     panic!("walk failed")
 /// }
 ///
-/// let shield = loopguard::Shield::new("walk");
+/// let shield = loopguard::shield::Shield::new("walk");
 /// let (runner, handle) = shield.wrap(walk());
 /// runner.await;
-/// let err: loopguard::ShieldError = handle.await.unwrap_err();
+/// let err: loopguard::shield::ShieldError = handle.await.unwrap_err();
 /// assert_eq!(err.to_string(), "shielded work panicked: walk failed");
 /// assert_eq!(shield.orphaned_failures(), 0, "awaited, so not reported");
 /// # });
 /// ```
 #[must_use = "dropping a Shielded handle orphans the work: it runs on and only failures are reported"]
 pub struct Shielded<T> {
-    cell: Arc<Cell<T>>,
+    handoff: Arc<Handoff<T>>,
 }
 
 impl<T> Shielded<T> {
@@ -401,17 +368,27 @@ impl<T> Shielded<T> {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let (runner, handle) = loopguard::Shield::new("s").wrap(async { 3 });
+    /// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 3 });
     /// assert!(!handle.is_finished());
     /// runner.await;
     /// assert!(handle.is_finished());
     /// # });
     /// ```
     pub fn is_finished(&self) -> bool {
-        matches!(
-            *lock(&self.cell.slot),
-            Slot::Ready(..) | Slot::RunnerDropped | Slot::Taken
-        )
+        self.handoff.is_finished()
+    }
+
+    /// Takes the outcome with how long the work ran, for a caller that may still refuse it.
+    pub(crate) fn poll_outcome(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Finished<T>, ShieldError>> {
+        self.handoff
+            .poll_take(cx, "Shielded")
+            .map(|taken| match taken {
+                Taken::Outcome(result, elapsed) => Ok((result, elapsed)),
+                Taken::Abandoned => Err(ShieldError::RunnerDropped),
+            })
     }
 }
 
@@ -419,46 +396,23 @@ impl<T> Future for Shielded<T> {
     type Output = Result<T, ShieldError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = lock(&self.cell.slot);
-        match &mut *slot {
-            Slot::Pending(waker) => {
-                match waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => *waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
-            Slot::Ready(..) => match std::mem::replace(&mut *slot, Slot::Taken) {
-                Slot::Ready(result, _) => Poll::Ready(result.map_err(ShieldError::Panicked)),
-                _ => unreachable!("matched Ready"),
-            },
-            Slot::RunnerDropped => {
-                *slot = Slot::Taken;
-                Poll::Ready(Err(ShieldError::RunnerDropped))
-            }
-            Slot::Orphaned | Slot::Taken => panic!("`Shielded` polled after completion"),
-        }
+        self.get_mut().poll_outcome(cx).map(|taken| match taken {
+            Ok((result, _)) => result.map_err(ShieldError::Panicked),
+            Err(err) => Err(err),
+        })
     }
 }
 
 impl<T> Drop for Shielded<T> {
     fn drop(&mut self) {
-        let mut slot = lock(&self.cell.slot);
-        match std::mem::replace(&mut *slot, Slot::Taken) {
-            Slot::Pending(_) => *slot = Slot::Orphaned,
-            Slot::Ready(result, elapsed) => {
-                drop(slot);
-                (self.cell.report)(&self.cell.origin, result, elapsed);
-            }
-            Slot::Orphaned | Slot::RunnerDropped | Slot::Taken => {}
-        }
+        self.handoff.orphan();
     }
 }
 
 impl<T> fmt::Debug for Shielded<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shielded")
-            .field("origin", &&*self.cell.origin.name)
+            .field("origin", &self.handoff.reporter().origin())
             .field("finished", &self.is_finished())
             .finish()
     }
@@ -470,10 +424,10 @@ impl<T> fmt::Debug for Shielded<T> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let (runner, handle) = loopguard::Shield::new("s").wrap(async { 1 });
+/// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 1 });
 /// drop(runner); // say, the executor shut down
 /// let err = handle.await.unwrap_err();
-/// assert!(matches!(err, loopguard::ShieldError::RunnerDropped));
+/// assert!(matches!(err, loopguard::shield::ShieldError::RunnerDropped));
 /// assert_eq!(err.to_string(), "shielded work was dropped before it finished");
 /// # });
 /// ```

@@ -1,6 +1,19 @@
-//! Small synchronization helpers shared by the modules.
+//! Small helpers shared by the modules: poison-free locking, and the one way this crate
+//! calls code it does not own.
+//!
+//! Every call into user code (a job, a `Waker`, a logger, a metrics recorder, an orphan
+//! handler, a `Debug` or `Drop` impl) goes through [`contain`] or one of the helpers built on
+//! it, at the place where it happens. A panic there is caught, so it cannot unwind into a
+//! worker loop, a `Drop`, or a hand-off that still has work to do, and it leaves a trace:
+//! [`trace_panic`] writes one line to stderr, which needs no user code at all.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Panics of user code contained so far in this process; read by
+/// [`telemetry::contained_panics`](crate::telemetry::contained_panics).
+pub(crate) static CONTAINED: AtomicU64 = AtomicU64::new(0);
 
 /// Locks `mutex`, recovering the guard if a panic poisoned it.
 ///
@@ -8,6 +21,34 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// can panic runs, so a poisoned lock carries no broken invariant and is safe to reuse.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `f`, user code, containing a panic: `None` if it panicked. The panic payload is
+/// dropped with its own `Drop` contained too, and a line naming `what` goes to stderr.
+pub(crate) fn contain<R>(what: &str, f: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(value) => Some(value),
+        Err(payload) => {
+            let message = panic_message(&*payload);
+            drop_quietly(payload);
+            trace_panic(what, &message);
+            None
+        }
+    }
+}
+
+/// The trace a contained panic leaves: one line on stderr. Not through `log`, because the
+/// logger is user code too (and may be what panicked).
+pub(crate) fn trace_panic(what: &str, message: &str) {
+    CONTAINED.fetch_add(1, Ordering::Relaxed);
+    // `eprintln!` panics if stderr is closed; a trace must never add a panic of its own.
+    let _ = catch_unwind(|| {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "loopguard: {what} panicked and was contained: {message}"
+        );
+    });
 }
 
 /// Describes a panic payload: its message when it is a string, a placeholder otherwise.
@@ -21,14 +62,22 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Drops `value`, containing a panic from its `Drop` so that it cannot unwind into a
-/// worker loop or a hand-off. Returns whether the drop panicked.
+/// Drops `value`, containing a panic from its `Drop` (no trace: a payload's `Drop` is the
+/// only caller, and tracing it would recurse). Returns whether the drop panicked.
 pub(crate) fn drop_quietly<T>(value: T) -> bool {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value))).is_err()
+    catch_unwind(AssertUnwindSafe(move || drop(value))).is_err()
 }
 
 /// Wakes a task. A `Waker` is user code: a panic in it must not unwind into a worker, a
 /// `Drop`, or a loop that still has other tasks to wake.
-pub(crate) fn wake_quietly(waker: std::task::Waker) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake()));
+pub(crate) fn wake(waker: std::task::Waker) {
+    contain("a Waker", || waker.wake());
 }
+
+/// Logs through the `log` facade, containing a panicking logger.
+macro_rules! log_contained {
+    ($level:ident, $($arg:tt)+) => {
+        $crate::sync::contain("the logger", || ::log::$level!(target: "loopguard", $($arg)+))
+    };
+}
+pub(crate) use log_contained;

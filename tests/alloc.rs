@@ -8,10 +8,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{Mutex, mpsc};
 
 use futures_lite::future::block_on;
-use loopguard::{Pool, TryRunError};
+use loopguard::Fallible;
+use loopguard::pool::{Pool, TryRunError};
 
 /// Counts every allocation (and reallocation) made anywhere while `COUNT_ALL` is set, and
 /// those made by the current thread in `THREAD` whatever the flag.
@@ -144,7 +145,7 @@ fn an_admitted_job_allocates_at_most_twice() {
         // Warm-up: executor parker and waker, thread-locals on the workers, queue capacity.
         for _ in 0..1_000 {
             pool.run(|| 1u64).await.unwrap();
-            let _ = pool.run(|| Err::<u64, u64>(1)).await.unwrap();
+            let _ = pool.run(Fallible(|| Err::<u64, u64>(1))).await.unwrap();
         }
     });
     // Start the count below from a quiet pool.
@@ -169,7 +170,7 @@ fn an_admitted_job_allocates_at_most_twice() {
             let mut errors = 0;
             for i in 0..N {
                 let job = loop {
-                    match pool.try_run(move || if i % 2 == 0 { Ok(i) } else { Err(i) }) {
+                    match pool.try_run(Fallible(move || if i % 2 == 0 { Ok(i) } else { Err(i) })) {
                         Ok(job) => break job,
                         Err(busy) if busy.is_saturated() => std::thread::yield_now(),
                         Err(err) => panic!("unexpected: {err}"),
@@ -192,8 +193,9 @@ fn an_admitted_job_allocates_at_most_twice() {
 #[test]
 fn load_signals_allocate_nothing_on_their_hot_paths() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let demand = loopguard::Demand::default();
-    let gate: loopguard::KeyedGate<&'static str> = loopguard::KeyedGate::new("alloc-keyed");
+    let demand = loopguard::demand::Demand::default();
+    let gate: loopguard::keyed::KeyedGate<&'static str> =
+        loopguard::keyed::KeyedGate::new("alloc-keyed");
     let held = gate.try_acquire("repo").expect("an idle key admits");
     // Warm-up: first use of anything lazily initialised on this thread.
     demand.add(1);

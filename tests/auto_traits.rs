@@ -1,10 +1,9 @@
 //! Compile-time assertions of `Send`, `Sync` and `Unpin` on the public types.
 
-use loopguard::futures::Run;
-use loopguard::{
-    Job, OrphanHandler, OrphanReceiver, Panicked, Pool, PoolBuilder, PoolStats, Report, RunError,
-    Saturated, TryRunError,
-};
+use loopguard::Panicked;
+use loopguard::orphan::{OrphanHandler, OrphanReceiver, Report};
+use loopguard::pool::Run;
+use loopguard::pool::{Job, Pool, PoolBuilder, PoolStats, RunError, Saturated, TryRunError};
 
 fn send_sync<T: Send + Sync>() {}
 fn send<T: Send>() {}

@@ -381,7 +381,7 @@ fn bad_flags_exit_2_with_the_usage() {
 
 /// Raises the open-file limit to at least `wanted` if the hard limit allows; the limit now.
 fn raise_fd_limit(wanted: u64) -> u64 {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     let current = limit.current.unwrap_or(u64::MAX);
     let target = limit.maximum.map_or(wanted, |max| max.min(wanted));

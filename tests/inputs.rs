@@ -9,13 +9,14 @@ use futures_lite::future::{block_on, poll_once};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use loopguard::deadline::Deadline;
 use loopguard::demand::Demand;
 use loopguard::keyed::KeyedGate;
 use loopguard::operation::{Operation, Outcome};
+use loopguard::pool::Pool;
 use loopguard::refresh::Refresh;
 use loopguard::retry::{Backoff, Retry};
 use loopguard::shield::Shield;
-use loopguard::{Deadline, Pool};
 use proptest::prelude::*;
 
 /// Any duration, with the edges (zero, tiny, `MAX`, just past an `Instant`'s range) likely.
@@ -258,7 +259,7 @@ proptest! {
         if let Some(bytes) = stack {
             builder = builder.stack_size(bytes);
         }
-        let valid = (1..=loopguard::MAX_WORKERS).contains(&workers)
+        let valid = (1..=loopguard::pool::MAX_WORKERS).contains(&workers)
             && !name.is_empty()
             && !name.contains('\0')
             && stuck != Some(Duration::ZERO)

@@ -2,14 +2,14 @@
 
 mod common;
 
-use std::sync::{mpsc, Barrier};
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{assert_close, MapRecorder};
+use common::{MapRecorder, assert_close};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
-use loopguard::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
+use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
 
 #[test]
 fn simultaneous_rejecting_callers_admit_exactly_one() {

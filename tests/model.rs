@@ -8,9 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{poll_once, Latch};
+use common::{Latch, poll_once};
 use futures_lite::future::block_on;
-use loopguard::{OrphanHandler, Pool};
+use loopguard::Fallible;
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::Pool;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, Copy)]
@@ -57,10 +59,10 @@ struct Ledger {
 }
 
 enum Handle {
-    Job(loopguard::Job<Result<(), usize>>),
+    Job(loopguard::pool::Job<Result<(), usize>>),
     Run(
         Box<
-            dyn std::future::Future<Output = Result<Result<(), usize>, loopguard::RunError>>
+            dyn std::future::Future<Output = Result<Result<(), usize>, loopguard::pool::RunError>>
                 + Unpin,
         >,
     ),
@@ -94,7 +96,7 @@ fn run_mix(workers: usize, batches: Vec<Vec<Op>>) {
             }
             let (book, running, peak, latch) =
                 (ledger.clone(), running.clone(), peak.clone(), latch.clone());
-            let job = move || -> Result<(), usize> {
+            let job = Fallible(move || -> Result<(), usize> {
                 book.lock().unwrap().ran.insert(me);
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now, Ordering::SeqCst);
@@ -107,7 +109,7 @@ fn run_mix(workers: usize, batches: Vec<Vec<Op>>) {
                     Kind::Err => Err(me),
                     Kind::Panic => panic!("{me}"),
                 }
-            };
+            });
             match op.mode {
                 Mode::TryAwait | Mode::TryDrop => {
                     if let Ok(job) = pool.try_run(job) {

@@ -1,6 +1,7 @@
-//! Every file under `ops/` parses, and every `loopguard_*` metric it queries is one the
-//! crate publishes (a name constant in `src/metrics.rs`; `_bucket`, `_sum` and `_count`
-//! only on histograms).
+//! Every file under `ops/` parses, and every `loopguard_*` metric it names is one the
+//! crate publishes (a name constant in `src/telemetry.rs`, or `src/metrics.rs` before the
+//! rename; `_bucket`, `_sum` and `_count` only on histograms) or a series recorded by a rule
+//! in `ops/prometheus/`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,9 +10,15 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The published names, and which of them are histograms, read from `src/metrics.rs`.
+/// The published names, and which of them are histograms, read from the crate's file of
+/// metric name constants.
 fn published() -> (BTreeSet<String>, BTreeSet<String>) {
-    let source = std::fs::read_to_string(root().join("src/metrics.rs")).unwrap();
+    let path = ["src/telemetry.rs", "src/metrics.rs"]
+        .iter()
+        .map(|p| root().join(p))
+        .find(|p| p.exists())
+        .expect("the metric name constants live in src/telemetry.rs or src/metrics.rs");
+    let source = std::fs::read_to_string(path).unwrap();
     let mut consts = Vec::new();
     for line in source.lines() {
         let Some(rest) = line.trim().strip_prefix("pub const ") else {
@@ -46,7 +53,13 @@ fn published() -> (BTreeSet<String>, BTreeSet<String>) {
     (names, histograms)
 }
 
-/// Every `loopguard_*` identifier in `text`.
+/// Whether `c` can be part of a Prometheus metric name (recorded names hold colons).
+fn name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == ':'
+}
+
+/// Every metric name in `text` that holds `loopguard_`: the crate's own names, and
+/// recorded ones such as `instance_pool:loopguard_pool_offered_load:rate2m`.
 fn metric_tokens(text: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for (at, _) in text.match_indices("loopguard_") {
@@ -54,13 +67,39 @@ fn metric_tokens(text: &str) -> BTreeSet<String> {
         if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
             continue;
         }
-        let token: String = text[at..]
+        let start = text[..at]
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| name_char(*c))
+            .last()
+            .map_or(at, |(i, _)| i);
+        let token: String = text[start..]
             .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take_while(|c| name_char(*c))
             .collect();
-        found.insert(token);
+        // A colon that ends a word (`loopguard_pool:` in prose) is not part of a name.
+        found.insert(token.trim_matches(':').to_string());
     }
     found
+}
+
+/// The series recorded by the rules under `ops/prometheus/` (`record:` fields).
+fn recorded() -> BTreeSet<String> {
+    let mut all = Vec::new();
+    files(&root().join("ops/prometheus"), &mut all);
+    let mut names = BTreeSet::new();
+    for path in all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+    {
+        let text = std::fs::read_to_string(path).unwrap();
+        for line in text.lines() {
+            if let Some(name) = line.trim().trim_start_matches("- ").strip_prefix("record:") {
+                names.insert(name.trim().to_string());
+            }
+        }
+    }
+    names
 }
 
 /// The query strings of a JSON document: every string under an `expr` or `query` key.
@@ -79,7 +118,8 @@ fn json_queries(value: &serde_json::Value, out: &mut Vec<String>) {
     }
 }
 
-/// The values of `expr:` and `query:` fields of a YAML document, block scalars included.
+/// The values of the fields of a YAML document that hold PromQL or series names (`expr`,
+/// `query`, `record`, and promtool tests' `series` and `labels`), block scalars included.
 fn yaml_queries(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -91,7 +131,7 @@ fn yaml_queries(text: &str) -> Vec<String> {
             .trim_start()
             .trim_start_matches("- ")
             .split_once(':')
-            .filter(|(key, _)| matches!(*key, "expr" | "query"));
+            .filter(|(key, _)| matches!(*key, "expr" | "query" | "record" | "series" | "labels"));
         i += 1;
         let Some((_, value)) = field else { continue };
         let value = value.trim();
@@ -129,7 +169,9 @@ fn every_metric_queried_under_ops_is_published_by_the_crate() {
     let (names, histograms) = published();
     assert!(names.contains("loopguard_pool_demand_avg"));
     assert!(histograms.contains("loopguard_pool_job_seconds"));
-    let known = |token: &str| {
+    let recorded = recorded();
+    assert!(recorded.contains("instance_pool:loopguard_pool_offered_load:rate2m"));
+    let published = |token: &str| {
         names.contains(token)
             || ["_bucket", "_sum", "_count"].iter().any(|suffix| {
                 token
@@ -137,6 +179,8 @@ fn every_metric_queried_under_ops_is_published_by_the_crate() {
                     .is_some_and(|base| histograms.contains(base))
             })
     };
+    // A recorded series is built only from published ones (checked on its rule's `expr`).
+    let known = |token: &str| published(token) || recorded.contains(token);
 
     let mut all = Vec::new();
     files(&root().join("ops"), &mut all);
@@ -158,34 +202,38 @@ fn every_metric_queried_under_ops_is_published_by_the_crate() {
                 queries
             }
             Some("yaml" | "yml") => yaml_queries(&text),
+            Some("md") => Vec::new(),
             _ => panic!("{shown}: unexpected file type under ops/"),
         };
-        let mut queried = BTreeSet::new();
         for query in &queries {
             for token in metric_tokens(query) {
                 assert!(
                     known(&token),
                     "{shown} queries `{token}`, which the crate does not publish"
                 );
-                queried.insert(token);
+                queried_anywhere.insert(token);
             }
         }
-        // Nothing outside a query names a metric that the extraction above missed.
+        // Prose, comments and annotations name only real series too.
         for token in metric_tokens(&text) {
             assert!(
-                queried.contains(&token),
-                "{shown} mentions `{token}` outside an expr/query field"
+                known(&token),
+                "{shown} mentions `{token}`, which the crate does not publish"
             );
         }
-        queried_anywhere.extend(queried);
     }
     for required in [
-        "loopguard_pool_in_use",
+        "loopguard_pool_capacity",
         "loopguard_pool_rejected_total",
+        "loopguard_pool_job_seconds_sum",
+        "loopguard_pool_job_seconds_count",
         "loopguard_orphaned_failures_total",
         "loopguard_pool_stuck_jobs_total",
         "loopguard_pool_oldest_job_seconds",
         "loopguard_pool_demand_avg",
+        "loopguard_refresh_runs_total",
+        "loopguard_operation_duration_seconds_count",
+        "instance_pool:loopguard_pool_offered_load:rate2m",
     ] {
         assert!(
             queried_anywhere.contains(required),
@@ -206,7 +254,11 @@ fn the_yaml_extractor_reads_inline_and_block_fields() {
         ]
     );
     assert_eq!(
-        metric_tokens("x_loopguard_no + loopguard_yes_bucket"),
-        BTreeSet::from(["loopguard_yes_bucket".to_string()])
+        metric_tokens("x_loopguard_no + loopguard_yes_bucket / a:loopguard_b:rate2m loopguard_c:"),
+        BTreeSet::from([
+            "a:loopguard_b:rate2m".to_string(),
+            "loopguard_c".to_string(),
+            "loopguard_yes_bucket".to_string(),
+        ])
     );
 }

@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{poll_once, Counter, Latch};
-use loopguard::{OrphanHandler, Pool, Report, ReportKind};
+use common::{Counter, Latch, poll_once};
+use loopguard::Fallible;
+use loopguard::orphan::{OrphanHandler, Report, ReportKind};
+use loopguard::pool::Pool;
 
 /// A handler that records every report.
 fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {
@@ -48,11 +50,11 @@ on_every_executor! {
 
         let (started, release) = (Counter::new(), Latch::new());
         let (s, r) = (started.clone(), release.clone());
-        let mut failing = pool.run(move || -> Result<(), String> {
+        let mut failing = pool.run(Fallible(move || -> Result<(), String> {
             s.add();
             r.wait();
             Err("scrape failed".into())
-        });
+        }));
         // Poll until admitted, then orphan it mid-run.
         assert!(poll_once(&mut failing).await.is_none());
         started.wait_for(1);
@@ -76,7 +78,7 @@ on_every_executor! {
     async fn awaited_failures_are_never_reported() {
         let (handler, seen) = recording();
         let pool = pool_with(handler, 2);
-        let err = pool.run(|| -> Result<(), &str> { Err("mine") }).await.unwrap();
+        let err = pool.run(Fallible(|| -> Result<(), &str> { Err("mine") })).await.unwrap();
         assert_eq!(err, Err("mine"));
         let panicked = pool.try_run(|| -> () { panic!("also mine") }).unwrap().await;
         assert!(panicked.is_err());
@@ -107,7 +109,7 @@ fn exactly_once_under_drop_completion_races() {
     let mut awaited = 0;
     for round in 0..ROUNDS {
         let job = pool
-            .try_run(move || -> Result<(), usize> { Err(round) })
+            .try_run(Fallible(move || -> Result<(), usize> { Err(round) }))
             .expect("slots are released before the next round");
         // Vary where the drop lands relative to the completion.
         for _ in 0..(round % 64) {
@@ -133,7 +135,7 @@ on_every_executor! {
     async fn a_panicking_handler_kills_no_worker_and_leaks_no_slot() {
         let pool = pool_with(OrphanHandler::new(|_| panic!("handler bug")), 1);
         for _ in 0..3 {
-            drop(pool.try_run(|| -> Result<(), ()> { Err(()) }).unwrap());
+            drop(pool.try_run(Fallible(|| -> Result<(), ()> { Err(()) })).unwrap());
             pool.wait_idle().await;
             assert_eq!(pool.in_use(), 0);
         }
@@ -147,7 +149,7 @@ on_every_executor! {
     async fn reports_reach_a_receiver_on_the_loop() {
         let (handler, mut reports) = OrphanHandler::channel(8);
         let pool = pool_with(handler, 1);
-        drop(pool.try_run(|| -> Result<u8, &str> { Err("late failure") }).unwrap());
+        drop(pool.try_run(Fallible(|| -> Result<u8, &str> { Err("late failure") })).unwrap());
         // !Send state on the loop side is fine: the receiver is drained by this task.
         let local = std::rc::Rc::new(std::cell::Cell::new(0));
         let report = reports.recv().await.expect("one report");
@@ -165,7 +167,10 @@ fn a_full_report_queue_drops_and_counts() {
     let (handler, mut reports) = OrphanHandler::channel(2);
     let pool = pool_with(handler, 1);
     for _ in 0..5 {
-        drop(pool.try_run(|| -> Result<(), ()> { Err(()) }).unwrap());
+        drop(
+            pool.try_run(Fallible(|| -> Result<(), ()> { Err(()) }))
+                .unwrap(),
+        );
         futures_lite::future::block_on(pool.wait_idle());
     }
     assert_eq!(reports.len(), 2);
@@ -188,7 +193,10 @@ fn a_local_executor_task_handles_reports_with_non_send_state() {
     });
     futures_lite::future::block_on(ex.run(async {
         for i in 0..3 {
-            drop(pool.try_run(move || -> Result<(), i32> { Err(i) }).unwrap());
+            drop(
+                pool.try_run(Fallible(move || -> Result<(), i32> { Err(i) }))
+                    .unwrap(),
+            );
             pool.wait_idle().await;
         }
         drop(pool);

@@ -3,11 +3,11 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{poll_once, Counter, Latch};
-use loopguard::{Pool, RunError, TryRunError};
+use common::{Counter, Latch, poll_once};
+use loopguard::pool::{Pool, RunError, TryRunError};
 
 fn pool(name: &str, workers: usize) -> Pool {
     Pool::builder()
@@ -19,7 +19,7 @@ fn pool(name: &str, workers: usize) -> Pool {
 }
 
 /// Fills every slot of `pool` with a job that signals `started` and blocks on `release`.
-fn fill(pool: &Pool, started: &Counter, release: &Latch) -> Vec<loopguard::Job<usize>> {
+fn fill(pool: &Pool, started: &Counter, release: &Latch) -> Vec<loopguard::pool::Job<usize>> {
     let jobs: Vec<_> = (0..pool.capacity())
         .map(|i| {
             let (started, release) = (started.clone(), release.clone());
@@ -322,7 +322,7 @@ on_every_executor! {
 
 #[test]
 fn bad_configuration_is_an_error_not_a_panic() {
-    for workers in [0, loopguard::MAX_WORKERS + 1, usize::MAX] {
+    for workers in [0, loopguard::pool::MAX_WORKERS + 1, usize::MAX] {
         let err = Pool::builder().workers(workers).build().unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
         assert!(err.to_string().contains("workers"), "{err}");

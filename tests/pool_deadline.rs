@@ -7,8 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bounded, hold, poll_once, Counter, Latch};
-use loopguard::{Deadline, OrphanHandler, Pool, Report, RunError};
+use common::{Counter, Latch, bounded, hold, poll_once};
+use loopguard::Fallible;
+use loopguard::deadline::Deadline;
+use loopguard::orphan::{OrphanHandler, Report};
+use loopguard::pool::{Pool, RunError};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -104,11 +107,11 @@ on_every_executor! {
         let (started, release) = (Counter::new(), Latch::new());
         let (s, r) = (started.clone(), release.clone());
         let deadline = Deadline::after(Duration::from_millis(40));
-        let out = bounded(LIMIT, pool.run_within(deadline, move || -> Result<(), &str> {
+        let out = bounded(LIMIT, pool.run_within(deadline, Fallible(move || -> Result<(), &str> {
             s.add();
             r.wait();
             Err("walk failed late")
-        }))
+        })))
         .await;
         assert!(matches!(out, Err(RunError::Expired(_))));
         started.wait_for(1);

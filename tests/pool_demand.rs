@@ -5,8 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, hold, poll_once, Latch};
-use loopguard::{Deadline, Pool};
+use common::{Latch, bounded, hold, poll_once};
+use loopguard::deadline::Deadline;
+use loopguard::pool::Pool;
 
 const WINDOW: Duration = Duration::from_millis(80);
 const LIMIT: Duration = Duration::from_secs(30);

@@ -6,9 +6,11 @@ mod common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{poll_once, Counter, Latch};
+use common::{Counter, Latch, poll_once};
+use loopguard::Fallible;
 use loopguard::keyed::KeyedGate;
-use loopguard::{OrphanHandler, Pool};
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::Pool;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 fn recorder() -> &'static PrometheusHandle {
@@ -19,7 +21,7 @@ fn recorder() -> &'static PrometheusHandle {
             .expect("buckets")
             .install_recorder()
             .expect("the only recorder of this binary");
-        loopguard::metrics::describe_metrics();
+        loopguard::telemetry::describe_metrics();
         handle
     })
 }
@@ -98,7 +100,9 @@ fn counts_match_what_happened_through_saturation() {
         for _ in 0..3 {
             assert!(pool.try_run(|| ()).is_err());
         }
-        let mut waiter = pool.run(|| -> Result<(), &str> { Err("queued then failed") });
+        let mut waiter = pool.run(Fallible(|| -> Result<(), &str> {
+            Err("queued then failed")
+        }));
         assert!(poll_once(&mut waiter).await.is_none());
 
         pool.publish_metrics();

@@ -9,8 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bounded, poll_once, Counter, Latch, MapRecorder};
-use loopguard::{Deadline, OrphanHandler, Pool, Refresh, RefreshError, Report, ReportKind};
+use common::{Counter, Latch, MapRecorder, bounded, poll_once};
+use loopguard::deadline::Deadline;
+use loopguard::orphan::{OrphanHandler, Report, ReportKind};
+use loopguard::pool::Pool;
+use loopguard::refresh::{Refresh, RefreshError};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const LONG: Duration = Duration::from_secs(60);
@@ -390,7 +393,7 @@ fn auto_traits_and_debug() {
 
 /// An async collection gated by a channel, counting its runs.
 fn async_cache(
-    shield: &loopguard::Shield,
+    shield: &loopguard::shield::Shield,
     spawn: impl Fn(loopguard::refresh::CollectionRunner) + Send + Sync + 'static,
     gate: smol::channel::Receiver<Result<u64, String>>,
     runs: Arc<AtomicUsize>,
@@ -412,7 +415,7 @@ fn async_cache(
 #[test]
 fn async_collection_on_smol_outlives_its_caller_and_panics_are_reported() {
     let (handler, mut reports) = OrphanHandler::channel(8);
-    let shield = loopguard::Shield::with_handler("async-refresh", handler);
+    let shield = loopguard::shield::Shield::with_handler("async-refresh", handler);
     let (tx, rx) = smol::channel::unbounded();
     let runs = Arc::new(AtomicUsize::new(0));
     let cache = async_cache(&shield, |r| smol::spawn(r).detach(), rx, runs.clone());
@@ -451,7 +454,7 @@ fn async_collection_on_tokio() {
         .unwrap();
     let (tx, rx) = smol::channel::unbounded();
     let runs = Arc::new(AtomicUsize::new(0));
-    let shield = loopguard::Shield::new("tokio-refresh");
+    let shield = loopguard::shield::Shield::new("tokio-refresh");
     let cache = async_cache(
         &shield,
         |r| {
@@ -470,7 +473,7 @@ fn async_collection_on_tokio() {
 
 on_every_executor! {
     async fn a_dropped_runner_gives_closed_and_a_later_call_retries() {
-        let shield = loopguard::Shield::new("dropping");
+        let shield = loopguard::shield::Shield::new("dropping");
         let (tx, rx) = smol::channel::unbounded();
         let runs = Arc::new(AtomicUsize::new(0));
         let keep = Arc::new(AtomicUsize::new(0));

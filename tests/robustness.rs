@@ -1,17 +1,19 @@
 //! User code that misbehaves inside the pool's machinery (a panicking `Waker`, `Debug`
-//! impl, `JobOutput::failure`, or an orphan handler that closes the pool) kills no worker,
+//! impl, an output's `Drop`, or an orphan handler that closes the pool) kills no worker,
 //! leaks no slot, strands no waiter and never hangs `shutdown`.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use futures_lite::future;
-use loopguard::{JobOutput, OrphanHandler, Pool, Report};
+use loopguard::Fallible;
+use loopguard::orphan::{OrphanHandler, Report};
+use loopguard::pool::Pool;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -55,9 +57,11 @@ fn a_panicking_waker_woken_by_a_grant_kills_no_worker() {
     let holder = pool.try_run(move || rx.recv().is_ok()).unwrap();
     let mut waiter = pool.run(|| 7u32);
     let waker = Waker::from(Arc::new(PanicWake));
-    assert!(Pin::new(&mut waiter)
-        .poll(&mut Context::from_waker(&waker))
-        .is_pending());
+    assert!(
+        Pin::new(&mut waiter)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
     assert_eq!(pool.waiting(), 1);
     tx.send(()).unwrap();
     assert!(within(LIMIT, holder).is_some());
@@ -79,12 +83,16 @@ fn a_panicking_waker_on_close_strands_no_other_waiter() {
     let panicking = Waker::from(Arc::new(PanicWake));
     let flag = Arc::new(FlagWake(AtomicBool::new(false)));
     let flagging = Waker::from(flag.clone());
-    assert!(Pin::new(&mut bad)
-        .poll(&mut Context::from_waker(&panicking))
-        .is_pending());
-    assert!(Pin::new(&mut good)
-        .poll(&mut Context::from_waker(&flagging))
-        .is_pending());
+    assert!(
+        Pin::new(&mut bad)
+            .poll(&mut Context::from_waker(&panicking))
+            .is_pending()
+    );
+    assert!(
+        Pin::new(&mut good)
+            .poll(&mut Context::from_waker(&flagging))
+            .is_pending()
+    );
     assert!(pool.close(), "close must not panic");
     assert!(
         flag.0.load(Ordering::SeqCst),
@@ -144,10 +152,10 @@ fn an_orphaned_error_whose_debug_panics_is_still_reported_and_frees_its_slot() {
         .unwrap();
     let (tx, rx) = mpsc::channel::<()>();
     let job = pool
-        .try_run(move || {
+        .try_run(Fallible(move || {
             let _ = rx.recv();
             Err::<(), _>(BadDebug)
-        })
+        }))
         .unwrap();
     drop(job);
     tx.send(()).unwrap();
@@ -160,20 +168,32 @@ fn an_orphaned_error_whose_debug_panics_is_still_reported_and_frees_its_slot() {
     );
 }
 
-struct BadOutput;
+/// An output whose `Drop` panics: user code that runs on the worker when nobody takes it.
+struct BadDrop;
 
-impl JobOutput for BadOutput {
-    fn failure(&self) -> Option<&dyn fmt::Debug> {
-        panic!("failure boom")
+impl Drop for BadDrop {
+    fn drop(&mut self) {
+        panic!("drop boom")
     }
 }
 
 #[test]
-fn a_panicking_failure_impl_kills_no_worker() {
+fn a_panicking_output_drop_kills_no_worker() {
     let pool = pool(1);
-    let job = pool.try_run(|| BadOutput).unwrap();
-    assert!(within(LIMIT, job).is_some(), "the job was never delivered");
+    let (tx, rx) = mpsc::channel::<()>();
+    let job = pool
+        .try_run(move || {
+            let _ = rx.recv();
+            BadDrop
+        })
+        .unwrap();
+    drop(job);
+    tx.send(()).unwrap();
     assert!(within(LIMIT, pool.wait_idle()).is_some(), "slot leaked");
-    assert_eq!(within(LIMIT, pool.run(|| 4)), Some(Ok(4)));
-    assert_eq!(pool.stats().jobs_error, 1);
+    assert_eq!(
+        within(LIMIT, pool.run(|| 4)),
+        Some(Ok(4)),
+        "the worker died"
+    );
+    assert_eq!(pool.stats().jobs_ok, 2);
 }

@@ -6,10 +6,12 @@ mod common;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::{bounded, poll_once, MapRecorder};
+use common::{MapRecorder, bounded, poll_once};
 use futures_lite::future::zip;
-use loopguard::futures::Runner;
-use loopguard::{OrphanHandler, Report, ReportKind, Shield, ShieldError, Shielded};
+use loopguard::Fallible;
+use loopguard::orphan::{OrphanHandler, Report, ReportKind};
+use loopguard::shield::Runner;
+use loopguard::shield::{Shield, ShieldError, Shielded};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -24,11 +26,11 @@ fn recording(name: &str) -> (Shield, Arc<Mutex<Vec<Report>>>) {
 on_every_executor! {
     async fn awaited_outcomes_are_never_reported() {
         let (shield, seen) = recording("awaited");
-        let (runner, handle) = shield.wrap(async { Ok::<_, String>(42) });
+        let (runner, handle) = shield.wrap(Fallible(async { Ok::<_, String>(42) }));
         let ((), out) = bounded(LIMIT, zip(runner, handle)).await;
         assert_eq!(out, Ok(Ok(42)));
 
-        let (runner, handle) = shield.wrap(async { Err::<u8, _>("refused".to_string()) });
+        let (runner, handle) = shield.wrap(Fallible(async { Err::<u8, _>("refused".to_string()) }));
         let ((), out) = bounded(LIMIT, zip(runner, handle)).await;
         assert_eq!(out, Ok(Err("refused".to_string())));
 
@@ -39,7 +41,7 @@ on_every_executor! {
             other => panic!("expected a panic, got {other:?}"),
         }
         // A failure that finished before the handle was awaited is still the caller's.
-        let (runner, handle) = shield.wrap(async { Err::<(), _>("late look") });
+        let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("late look") }));
         runner.await;
         assert!(handle.is_finished());
         assert_eq!(handle.await, Ok(Err("late look")));
@@ -54,10 +56,10 @@ on_every_executor! {
         let (shield, seen) = recording("orphans");
         // Dropped while the work waits: the runner reports when it finishes.
         let (tx, rx) = smol::channel::bounded::<()>(1);
-        let (runner, handle) = shield.wrap(async move {
+        let (runner, handle) = shield.wrap(Fallible(async move {
             rx.recv().await.unwrap();
             Err::<(), _>("walk failed")
-        });
+        }));
         let mut runner = Box::pin(runner);
         assert!(poll_once(&mut runner).await.is_none());
         drop(handle);
@@ -87,11 +89,11 @@ on_every_executor! {
         let done = Arc::new(Mutex::new(false));
         let flag = done.clone();
         let (tx, rx) = smol::channel::bounded::<()>(1);
-        let (runner, handle) = shield.wrap(async move {
+        let (runner, handle) = shield.wrap(Fallible(async move {
             rx.recv().await.unwrap();
             *flag.lock().unwrap() = true;
             Ok::<_, String>(1)
-        });
+        }));
         let mut runner = Box::pin(runner);
         assert!(poll_once(&mut runner).await.is_none());
         drop(handle);
@@ -106,7 +108,7 @@ on_every_executor! {
     async fn dropped_runner_resolves_the_handle() {
         let (shield, seen) = recording("shutdown");
         // Never polled.
-        let (runner, handle) = shield.wrap(async { Err::<(), _>("never ran") });
+        let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("never ran") }));
         drop(runner);
         assert_eq!(bounded(LIMIT, handle).await, Err(ShieldError::RunnerDropped));
 
@@ -120,7 +122,7 @@ on_every_executor! {
         assert_eq!(bounded(LIMIT, handle).await, Err(ShieldError::RunnerDropped));
 
         // Both dropped: nothing to report, nothing hangs.
-        let (runner, handle) = shield.wrap(async { Err::<(), _>("cancelled") });
+        let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("cancelled") }));
         drop(handle);
         drop(runner);
         assert!(seen.lock().unwrap().is_empty());
@@ -143,10 +145,10 @@ fn not_send_future_on_a_local_executor() {
         assert_eq!(handle.await, Ok(21));
 
         let s = state.clone();
-        let (runner, handle) = shield.wrap(async move {
+        let (runner, handle) = shield.wrap(Fallible(async move {
             futures_lite::future::yield_now().await;
             Err::<(), _>(format!("rc at {}", s.get()))
-        });
+        }));
         let task = ex.spawn(runner);
         drop(handle);
         task.await;
@@ -164,7 +166,7 @@ fn spawned_and_detached_on_smol_and_tokio() {
         "spawned",
         OrphanHandler::new(move |r| report_tx.lock().unwrap().send(r.clone()).unwrap()),
     );
-    let (runner, handle) = shield.wrap(async { Err::<(), _>("smol orphan") });
+    let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("smol orphan") }));
     drop(handle);
     smol::spawn(runner).detach();
     let report = report_rx
@@ -176,10 +178,10 @@ fn spawned_and_detached_on_smol_and_tokio() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let (runner, handle) = shield.wrap(async { Ok::<_, String>(5) });
+        let (runner, handle) = shield.wrap(Fallible(async { Ok::<_, String>(5) }));
         tokio::spawn(runner);
         assert_eq!(handle.await, Ok(Ok(5)));
-        let (runner, handle) = shield.wrap(async { Err::<(), _>("tokio orphan") });
+        let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("tokio orphan") }));
         drop(handle);
         tokio::spawn(runner).await.unwrap();
     });
@@ -199,12 +201,13 @@ fn drop_racing_completion_reports_exactly_once() {
     let (shield, seen) = recording("race");
     for round in 0..ROUNDS {
         let panics = round % 2 == 0;
-        let (runner, handle): (Runner<_>, Shielded<Result<(), &str>>) = shield.wrap(async move {
-            if panics {
-                panic!("race panic");
-            }
-            Err("race err")
-        });
+        let (runner, handle): (Runner<_>, Shielded<Result<(), &str>>) =
+            shield.wrap(Fallible(async move {
+                if panics {
+                    panic!("race panic");
+                }
+                Err("race err")
+            }));
         let start = Arc::new(Barrier::new(2));
         let go = start.clone();
         let thread = std::thread::spawn(move || {
@@ -238,7 +241,7 @@ fn polled_then_dropped_racing_completion_reports_exactly_once() {
     const ROUNDS: usize = 1000;
     let (shield, _seen) = recording("race-polled");
     for round in 0..ROUNDS {
-        let (runner, mut handle) = shield.wrap(async { Err::<(), _>("late") });
+        let (runner, mut handle) = shield.wrap(Fallible(async { Err::<(), _>("late") }));
         assert!(futures_lite::future::block_on(poll_once(&mut handle)).is_none());
         let start = Arc::new(Barrier::new(2));
         let go = start.clone();
@@ -259,7 +262,7 @@ fn orphaned_failures_are_counted_with_the_pool_label() {
     let shield = metrics::with_local_recorder(&recorder, || Shield::new("flusher"));
     let id = "loopguard_orphaned_failures_total{pool=flusher}";
     assert_eq!(recorder.get(id), Some(0), "registered with a zero");
-    let (runner, handle) = shield.wrap(async { Err::<(), _>("x") });
+    let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("x") }));
     drop(handle);
     futures_lite::future::block_on(runner);
     assert_eq!(recorder.get(id), Some(1));

@@ -17,8 +17,8 @@
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
+use loopguard::deadline::{Deadline, Expired};
 use loopguard::retry::{Backoff, Retry};
-use loopguard::{Deadline, Expired};
 
 fn percentiles(mut samples: Vec<f64>) -> (f64, f64, f64) {
     samples.sort_by(f64::total_cmp);
@@ -113,7 +113,9 @@ fn main() {
                 }
             },
             other => {
-                eprintln!("deadline_overshoot: unknown argument {other:?}\nusage: deadline_overshoot [--json] [--n 1000]");
+                eprintln!(
+                    "deadline_overshoot: unknown argument {other:?}\nusage: deadline_overshoot [--json] [--n 1000]"
+                );
                 std::process::exit(2);
             }
         }

@@ -31,8 +31,8 @@ use futures_lite::future;
 use loopguard_demos::storm::quantile;
 use loopguard_demos::testing::raise_fd_limit;
 use loopguard_demos::{cli, client};
-use smol::io::AsyncWriteExt as _;
 use smol::LocalExecutor;
+use smol::io::AsyncWriteExt as _;
 
 const USAGE: &str = "flood [--exporter PATH] [--idle 5000] [--trickle 1000] \
 [--trickle-interval-ms 50] [--secs 10] [--series 10000] [--json]";
@@ -83,7 +83,9 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
     }
     if !o.exporter.exists() {
         let path = o.exporter.display();
-        return Err(format!("{path} not found: `cargo build --release --example registry_exporter` first, or --exporter PATH"));
+        return Err(format!(
+            "{path} not found: `cargo build --release --example registry_exporter` first, or --exporter PATH"
+        ));
     }
     Ok(o)
 }
@@ -251,7 +253,11 @@ fn main() {
     let limit = raise_fd_limit((2 * o.idle.max(o.trickle) + 1024) as u64);
     println!(
         "flood: {} idle, {} trickling (a byte every {} ms), {} s of probes per phase, {} series; open-file limit {limit}",
-        o.idle, o.trickle, o.interval.as_millis(), o.secs, o.series
+        o.idle,
+        o.trickle,
+        o.interval.as_millis(),
+        o.secs,
+        o.series
     );
     let ex = LocalExecutor::new();
     let mut phases = Vec::new();

@@ -35,13 +35,15 @@ use std::panic;
 use std::pin::pin;
 use std::process::ExitCode;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use loopguard::{OrphanHandler, Pool, ReportKind, RunError, TryRunError};
+use loopguard::Fallible;
+use loopguard::orphan::{OrphanHandler, ReportKind};
+use loopguard::pool::{Pool, RunError, TryRunError};
 
 const DEFAULT_SEED: u64 = 0x5eed_1007_6a2d;
 const PANIC_PREFIX: &str = "soak panic job ";
@@ -96,7 +98,7 @@ fn parse_args() -> Result<Options, String> {
             "--seed" => options.seed = value("--seed")?,
             "--json" => options.json = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--jobs N] [--workers W] [--seed S] [--json]".into())
+                return Err("usage: soak [--jobs N] [--workers W] [--seed S] [--json]".into());
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
@@ -166,14 +168,15 @@ impl Ledger {
     }
 }
 
-/// The job body for `id`: marks itself run, takes its time, and ends as told.
+/// The job body for `id`: marks itself run, takes its time, and ends as told. `Fallible`:
+/// its `Err` is a failure to report when nobody awaits it.
 fn job(
     ledger: Arc<Ledger>,
     id: u64,
     outcome: Outcome,
     sleep: Duration,
-) -> impl FnOnce() -> Result<u64, Failure> + Send + 'static {
-    move || {
+) -> Fallible<impl FnOnce() -> Result<u64, Failure> + Send + 'static> {
+    Fallible(move || {
         let now = ledger.running.fetch_add(1, Ordering::AcqRel) + 1;
         ledger.max_running.fetch_max(now, Ordering::AcqRel);
         ledger.ran[id as usize].store(true, Ordering::Release);
@@ -186,7 +189,7 @@ fn job(
             Outcome::Err => Err(Failure(id)),
             Outcome::Panic => panic!("{PANIC_PREFIX}{id}"),
         }
-    }
+    })
 }
 
 #[derive(Debug, Default)]

@@ -28,7 +28,7 @@ use std::io;
 use std::time::Duration;
 
 use loopguard_demos::exporter::{Config, Mode};
-use loopguard_demos::storm::{child_args, drive, quantile, serve_child, spawn_child, Load, Run};
+use loopguard_demos::storm::{Load, Run, child_args, drive, quantile, serve_child, spawn_child};
 use loopguard_demos::{chart, cli};
 
 const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] \
@@ -102,8 +102,8 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
     if !(1..=2000).contains(&o.scrapes) || !(1..=1000).contains(&o.rate) || o.secs > 600 {
         return Err("--scrapes: 1 to 2000; --rate: 1 to 1000; --secs: at most 600".into());
     }
-    if o.workers == 0 || o.workers > loopguard::MAX_WORKERS {
-        let max = loopguard::MAX_WORKERS;
+    if o.workers == 0 || o.workers > loopguard::pool::MAX_WORKERS {
+        let max = loopguard::pool::MAX_WORKERS;
         return Err(format!("--workers must be between 1 and {max}"));
     }
     if o.series.is_empty() || o.series.iter().any(|&n| n > 10_000_000) || o.modes.is_empty() {
@@ -194,7 +194,13 @@ fn main() {
     let encoding = if o.plain { "plain" } else { "gzip" };
     println!(
         "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
-        o.scrapes, o.rate, o.secs, o.workers, o.series, o.walk_delay.as_millis(), o.cache_ttl.as_millis()
+        o.scrapes,
+        o.rate,
+        o.secs,
+        o.workers,
+        o.series,
+        o.walk_delay.as_millis(),
+        o.cache_ttl.as_millis()
     );
     let loads = [
         Load::Burst(o.scrapes),

@@ -14,8 +14,8 @@
 use std::io::BufWriter;
 use std::time::{Duration, Instant};
 
-use flate2::write::GzEncoder;
 use flate2::Compression;
+use flate2::write::GzEncoder;
 use loopguard_demos::cli;
 use loopguard_demos::exporter::registry::{gzip_at, recorder, register_series};
 

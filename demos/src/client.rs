@@ -49,7 +49,7 @@ impl Response {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("unknown content-encoding {other:?}"),
-                ))
+                ));
             }
         }
         Ok(text)

@@ -65,7 +65,7 @@ pub async fn until(what: &str, cond: impl Fn() -> bool) {
 /// Raises this process's open-file limit to at least `wanted` if the hard limit allows, and
 /// returns the limit now in force (a flood test sizes itself by it).
 pub fn raise_fd_limit(wanted: u64) -> u64 {
-    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::process::{Resource, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     let current = limit.current.unwrap_or(u64::MAX);
     if current >= wanted {

@@ -4,15 +4,15 @@
 //! it with a small HTTP/1.1 client. Walks are held on a latch inside the synthetic registry,
 //! and every ordering is by explicit state (walk counters, pool gauges), never by sleeping.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use loopguard::header::SCRAPE_TIMEOUT_HEADER;
 use loopguard_demos::client;
 use loopguard_demos::exporter::registry::{Registry, WalkKind};
 use loopguard_demos::exporter::{Config, Exporter, Mode};
-use loopguard_demos::testing::{run, until, Latch};
+use loopguard_demos::testing::{Latch, run, until};
 use smol::channel;
 
 fn config(workers: usize) -> Config {
@@ -109,9 +109,9 @@ fn a_storm_is_refused_with_503_while_exactly_workers_walks_run() {
             assert_eq!(response.status, 200);
             let body = response.text();
             assert!(body.contains("synthetic_registry_series{"));
-            assert!(body.contains(loopguard::metrics::POOL_IN_USE));
-            assert!(body.contains(loopguard::metrics::POOL_DEMAND_AVG));
-            assert!(body.contains(loopguard::metrics::POOL_REJECTED_TOTAL));
+            assert!(body.contains(loopguard::telemetry::POOL_IN_USE));
+            assert!(body.contains(loopguard::telemetry::POOL_DEMAND_AVG));
+            assert!(body.contains(loopguard::telemetry::POOL_REJECTED_TOTAL));
         }
         assert_eq!(registry.peak(), 2, "never more walks than workers");
         assert_eq!(registry.walks(WalkKind::Scrape), 2);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use loopguard_demos::client;
 use loopguard_demos::exporter::registry::{Registry, WalkKind};
 use loopguard_demos::exporter::{Config, Exporter};
-use loopguard_demos::testing::{raise_fd_limit, run, until, Latch, PATIENCE};
+use loopguard_demos::testing::{Latch, PATIENCE, raise_fd_limit, run, until};
 use smol::io::AsyncWriteExt as _;
 
 fn start(config: Config, registry: Registry) -> Exporter {

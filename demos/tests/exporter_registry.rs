@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use loopguard::header::SCRAPE_TIMEOUT_HEADER;
+use loopguard::header::{ENVOY_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER};
 use loopguard_demos::client;
 use loopguard_demos::exporter::registry::{Registry, SERIES_METRIC};
-use loopguard_demos::exporter::{Config, Exporter, ENVOY_TIMEOUT_HEADER};
-use loopguard_demos::testing::{run, until, Latch};
+use loopguard_demos::exporter::{Config, Exporter};
+use loopguard_demos::testing::{Latch, run, until};
 
 fn start(pool_name: &str, workers: usize, registry: Registry) -> Exporter {
     let config = Config {

@@ -16,15 +16,23 @@
 //! Each key tracks its time-weighted [demand](crate::demand) (holders plus
 //! waiters, over the gate's window).
 //!
-//! # Idle keys cost nothing
+//! # What an idle key costs
 //!
-//! A key's entry is removed once it has no holders and no waiters and its
-//! demand history is entirely older than the window (its average has decayed
-//! to zero). Removal is lazy: when an operation adds a new key, idle entries
-//! are swept, at most once per window; [`KeyedGate::prune`],
-//! [`KeyedGate::demands`] and [`KeyedGate::publish_metrics`] sweep too. The
-//! map therefore holds at most the keys used in about the last two windows,
-//! however many one-off keys pass through.
+//! In the gate, nothing after a while: a key's entry is removed once it has no
+//! holders and no waiters and its demand history is entirely older than the
+//! window (its average has decayed to zero). Removal is lazy: when an
+//! operation adds a new key, idle entries are swept, at most once per window;
+//! [`KeyedGate::prune`], [`KeyedGate::demands`] and
+//! [`KeyedGate::publish_metrics`] sweep too. The map therefore holds at most
+//! the keys used in about the last two windows, however many one-off keys pass
+//! through.
+//!
+//! In the metrics recorder, one series per key ever published: a removed key's
+//! [`KEYED_DEMAND_AVG`] gauge is set to 0, but the recorder keeps the series
+//! (loopguard cannot delete it through the `metrics` facade). Keys are a label,
+//! so keep them to a bounded set (repositories, tenants), not request ids; or
+//! let the recorder expire idle series (`metrics-exporter-prometheus`:
+//! `PrometheusBuilder::idle_timeout`).
 //!
 //! # Metrics
 //!
@@ -44,9 +52,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::demand::{DemandCore, DEFAULT_WINDOW};
-use crate::metrics::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
-use crate::sync::wake_quietly;
+use crate::demand::{DEFAULT_WINDOW, DemandCore};
+use crate::sync::wake;
+use crate::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 
 mod builder;
 mod permit;
@@ -75,10 +83,10 @@ pub use permit::{Acquire, Busy, KeyPermit};
 /// # });
 /// ```
 pub struct KeyedGate<K> {
-    inner: Arc<Inner<K>>,
+    inner: Arc<Keys<K>>,
 }
 
-struct Inner<K> {
+struct Keys<K> {
     name: Arc<str>,
     capacity: usize,
     overrides: HashMap<K, usize>,
@@ -87,10 +95,10 @@ struct Inner<K> {
     created: Instant,
     rejected: AtomicU64,
     rejected_counter: metrics::Counter,
-    state: Mutex<State<K>>,
+    state: Mutex<KeyTable<K>>,
 }
 
-struct State<K> {
+struct KeyTable<K> {
     entries: HashMap<K, Entry>,
     next_id: u64,
     next_sweep: Option<Instant>,
@@ -104,12 +112,12 @@ struct Entry {
     in_use: usize,
     /// The first `granted` waiters have been handed a slot.
     granted: usize,
-    waiters: VecDeque<Waiter>,
+    waiters: VecDeque<KeyWaiter>,
     demand: DemandCore,
     published: f64,
 }
 
-struct Waiter {
+struct KeyWaiter {
     id: u64,
     waker: Waker,
 }
@@ -138,8 +146,8 @@ impl Entry {
     }
 }
 
-impl<K: Hash + Eq> Inner<K> {
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
+impl<K: Hash + Eq> Keys<K> {
+    fn lock(&self) -> MutexGuard<'_, KeyTable<K>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -153,7 +161,7 @@ impl<K: Hash + Eq> Inner<K> {
             })
         };
         if let Some(waker) = waker {
-            wake_quietly(waker);
+            wake(waker);
         }
     }
 
@@ -178,12 +186,12 @@ impl<K: Hash + Eq> Inner<K> {
             }
         };
         if let Some(waker) = waker {
-            wake_quietly(waker);
+            wake(waker);
         }
     }
 }
 
-impl<K: Hash + Eq + Clone> Inner<K> {
+impl<K: Hash + Eq + Clone> Keys<K> {
     fn new_entry(&self, key: &K, now: Instant) -> Entry {
         // A new or re-created key was idle since the gate started (or for a full window).
         let start = now
@@ -200,7 +208,7 @@ impl<K: Hash + Eq + Clone> Inner<K> {
     }
 
     /// Makes sure `key` has an entry, sweeping idle ones first if it is new and a sweep is due.
-    fn ensure_entry<'s>(&self, state: &'s mut State<K>, key: &K, now: Instant) -> &'s mut Entry {
+    fn ensure_entry<'s>(&self, state: &'s mut KeyTable<K>, key: &K, now: Instant) -> &'s mut Entry {
         if !state.entries.contains_key(key) && state.next_sweep.is_some_and(|at| now >= at) {
             self.sweep(state, now);
         }
@@ -210,8 +218,8 @@ impl<K: Hash + Eq + Clone> Inner<K> {
             .or_insert_with(|| self.new_entry(key, now))
     }
 
-    fn sweep(&self, state: &mut State<K>, now: Instant) {
-        let State {
+    fn sweep(&self, state: &mut KeyTable<K>, now: Instant) {
+        let KeyTable {
             entries,
             unpublish,
             next_sweep,
@@ -295,7 +303,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
             metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name));
         let created = Instant::now();
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Keys {
                 name,
                 capacity,
                 overrides,
@@ -303,7 +311,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                 created,
                 rejected: AtomicU64::new(0),
                 rejected_counter,
-                state: Mutex::new(State {
+                state: Mutex::new(KeyTable {
                     entries: HashMap::new(),
                     next_id: 0,
                     next_sweep: created.checked_add(proto.window()),

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::{KeyedGate, Waiter};
+use super::{KeyWaiter, KeyedGate};
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///
@@ -187,7 +187,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
             entry.in_use += 1;
             return true;
         }
-        entry.waiters.push_back(Waiter {
+        entry.waiters.push_back(KeyWaiter {
             id,
             waker: cx.waker().clone(),
         });

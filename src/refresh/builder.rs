@@ -1,18 +1,18 @@
 //! `RefreshBuilder`: a cache's name, TTLs and where its collections run.
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use super::flight::Counters;
-use super::{assemble, BoxFuture, CollectionRunner, Refresh, Source};
-use crate::metrics::{
+use super::{BoxFuture, CollectionRunner, Refresh, Source, assemble};
+use crate::pool::Pool;
+use crate::shield::Shield;
+use crate::telemetry::{
     LABEL_CACHE, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL, REFRESH_JOINS_TOTAL,
     REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
 };
-use crate::pool::Pool;
-use crate::shield::Shield;
 
 /// The default TTL of a [`Refresh`] cache.
 const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -24,8 +24,8 @@ const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// ```
 /// use std::time::Duration;
 ///
-/// # let pool = loopguard::Pool::builder().build()?;
-/// let cache = loopguard::Refresh::builder("bloat")
+/// # let pool = loopguard::pool::Pool::builder().build()?;
+/// let cache = loopguard::refresh::Refresh::builder("bloat")
 ///     .ttl(Duration::from_secs(300))
 ///     .failure_ttl(Duration::from_secs(60))
 ///     .on_pool(&pool, || Ok::<u64, std::io::ErrorKind>(42));
@@ -97,7 +97,9 @@ impl RefreshBuilder {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// use loopguard::{Deadline, Refresh, Shield};
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
+    /// use loopguard::shield::Shield;
     /// use std::sync::Arc;
     ///
     /// let ex = Arc::new(async_executor::Executor::new());

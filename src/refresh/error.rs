@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::deadline::Expired;
-use crate::error::Panicked;
+use crate::failure::Panicked;
 
 /// Why a [`Refresh`](super::Refresh) call returned no fresh value.
 ///
@@ -15,9 +15,9 @@ use crate::error::Panicked;
 /// # Examples
 ///
 /// ```
-/// use loopguard::RefreshError;
+/// use loopguard::refresh::RefreshError;
 ///
-/// let late: RefreshError<String> = loopguard::Expired.into();
+/// let late: RefreshError<String> = loopguard::deadline::Expired.into();
 /// assert!(late.is_expired() && !late.is_failure());
 /// assert_eq!(late.to_string(), "deadline expired");
 /// let failed = RefreshError::Failed("no rows".to_string());
@@ -45,7 +45,7 @@ impl<E> RefreshError<E> {
     /// # Examples
     ///
     /// ```
-    /// assert!(!loopguard::RefreshError::<()>::Closed.is_failure());
+    /// assert!(!loopguard::refresh::RefreshError::<()>::Closed.is_failure());
     /// ```
     pub fn is_failure(&self) -> bool {
         matches!(self, RefreshError::Failed(_) | RefreshError::Panicked(_))
@@ -56,7 +56,7 @@ impl<E> RefreshError<E> {
     /// # Examples
     ///
     /// ```
-    /// assert!(loopguard::RefreshError::<()>::Expired.is_expired());
+    /// assert!(loopguard::refresh::RefreshError::<()>::Expired.is_expired());
     /// ```
     pub fn is_expired(&self) -> bool {
         matches!(self, RefreshError::Expired)
@@ -98,7 +98,9 @@ impl<E: std::error::Error + 'static> std::error::Error for RefreshError<E> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// use loopguard::{Deadline, Pool, Refresh};
+/// use loopguard::deadline::Deadline;
+/// use loopguard::pool::Pool;
+/// use loopguard::refresh::Refresh;
 /// use std::time::Duration;
 ///
 /// let pool = Pool::builder().workers(1).build()?;
@@ -169,8 +171,8 @@ impl<T, E> Served<T, E> {
 /// # Examples
 ///
 /// ```
-/// # let pool = loopguard::Pool::builder().build()?;
-/// let cache = loopguard::Refresh::builder("c").on_pool(&pool, || Ok::<u8, String>(1));
+/// # let pool = loopguard::pool::Pool::builder().build()?;
+/// let cache = loopguard::refresh::Refresh::builder("c").on_pool(&pool, || Ok::<u8, String>(1));
 /// assert_eq!(cache.stats().runs_ok, 0);
 /// # Ok::<(), std::io::Error>(())
 /// ```

@@ -39,10 +39,10 @@
 //! [`REFRESH_RUNS_TOTAL`] (also `outcome` = `ok` / `error`), [`REFRESH_HITS_TOTAL`],
 //! [`REFRESH_JOINS_TOTAL`], [`REFRESH_EXPIRED_WAITS_TOTAL`].
 //!
-//! [`REFRESH_RUNS_TOTAL`]: crate::metrics::REFRESH_RUNS_TOTAL
-//! [`REFRESH_HITS_TOTAL`]: crate::metrics::REFRESH_HITS_TOTAL
-//! [`REFRESH_JOINS_TOTAL`]: crate::metrics::REFRESH_JOINS_TOTAL
-//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::metrics::REFRESH_EXPIRED_WAITS_TOTAL
+//! [`REFRESH_RUNS_TOTAL`]: crate::telemetry::REFRESH_RUNS_TOTAL
+//! [`REFRESH_HITS_TOTAL`]: crate::telemetry::REFRESH_HITS_TOTAL
+//! [`REFRESH_JOINS_TOTAL`]: crate::telemetry::REFRESH_JOINS_TOTAL
+//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::telemetry::REFRESH_EXPIRED_WAITS_TOTAL
 
 mod builder;
 mod error;
@@ -51,19 +51,18 @@ mod flight;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
-use crate::error::RunError;
-use crate::pool::Pool;
+use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
 use crate::sync::lock;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{bump, run_async, run_blocking, Core, Flight};
+use self::flight::{CacheCore, Flight, bump, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -83,7 +82,7 @@ enum Source<T, E> {
 
 /// What one look at the state decided.
 enum Step<T, E> {
-    Hit(flight::Outcome<T, E>),
+    Hit(flight::Cached<T, E>),
     Join(u64, event_listener::EventListener),
     Start(u64),
 }
@@ -96,7 +95,9 @@ enum Step<T, E> {
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Deadline, Pool, Refresh};
+/// use loopguard::deadline::Deadline;
+/// use loopguard::pool::Pool;
+/// use loopguard::refresh::Refresh;
 /// use std::time::Duration;
 ///
 /// # futures_lite::future::block_on(async {
@@ -115,14 +116,14 @@ enum Step<T, E> {
 /// # }).unwrap();
 /// ```
 pub struct Refresh<T, E> {
-    inner: Arc<Inner<T, E>>,
+    inner: Arc<Cache<T, E>>,
 }
 
-struct Inner<T, E> {
+struct Cache<T, E> {
     name: Arc<str>,
     ttl: Duration,
     failure_ttl: Duration,
-    core: Arc<Core<T, E>>,
+    core: Arc<CacheCore<T, E>>,
     source: Source<T, E>,
 }
 
@@ -155,8 +156,8 @@ impl Refresh<(), ()> {
     /// # Examples
     ///
     /// ```
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// let cache = loopguard::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// let cache = loopguard::refresh::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
     /// assert_eq!(cache.name(), "sizes");
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -208,8 +209,9 @@ where
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// use loopguard::{Deadline, Refresh};
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
     /// let cache = Refresh::builder("warm").on_pool(&pool, || Ok::<u8, String>(1));
     /// cache.refresh(Deadline::never()).await.unwrap();
     /// cache.refresh(Deadline::never()).await.unwrap();
@@ -261,8 +263,9 @@ where
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// use loopguard::{Deadline, Refresh};
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
     /// use std::time::{Duration, Instant};
     ///
     /// let ttl = Duration::from_secs(10);
@@ -302,34 +305,34 @@ where
                     Some(outcome) if !force => Step::Hit(outcome),
                     _ => match state.in_flight {
                         // Listening under the lock: the outcome cannot slip in unnoticed.
-                        Some(gen) => Step::Join(gen, core.event.listen()),
+                        Some(generation) => Step::Join(generation, core.event.listen()),
                         None => {
-                            let gen = state.next_gen;
+                            let generation = state.next_gen;
                             state.next_gen += 1;
-                            state.in_flight = Some(gen);
-                            Step::Start(gen)
+                            state.in_flight = Some(generation);
+                            Step::Start(generation)
                         }
                     },
                 }
             };
-            let (gen, listener) = match step {
+            let (generation, listener) = match step {
                 Step::Hit(outcome) => {
                     bump(&core.counters.hits);
                     return outcome.map_err(RefreshError::from);
                 }
-                Step::Start(gen) => return self.start(gen, deadline).await,
-                Step::Join(gen, listener) => {
+                Step::Start(generation) => return self.start(generation, deadline).await,
+                Step::Join(generation, listener) => {
                     if !joined {
                         joined = true;
                         bump(&core.counters.joins);
                     }
-                    (gen, listener)
+                    (generation, listener)
                 }
             };
             if deadline.run(listener).await.is_err() {
                 return Err(self.expired());
             }
-            if let Some(outcome) = lock(&core.state).outcome_since(gen) {
+            if let Some(outcome) = lock(&core.state).outcome_since(generation) {
                 return outcome.map_err(RefreshError::from);
             }
             // The flight was given up without an outcome: look again, maybe start one.
@@ -337,10 +340,14 @@ where
     }
 
     /// Starts collection `gen` (already marked in flight) and waits for it within `deadline`.
-    async fn start(&self, gen: u64, deadline: Deadline) -> Result<(T, Instant), RefreshError<E>> {
+    async fn start(
+        &self,
+        generation: u64,
+        deadline: Deadline,
+    ) -> Result<(T, Instant), RefreshError<E>> {
         let flight = Flight {
             core: self.inner.core.clone(),
-            gen,
+            generation,
         };
         let submitted = Instant::now();
         match &self.inner.source {
@@ -355,8 +362,7 @@ where
                     Ok(Err(RunError::Panicked(panicked))) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
-                        pool.shared()
-                            .report_orphan::<()>(Err(panicked), submitted.elapsed());
+                        pool.report_panic(panicked, submitted.elapsed());
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
@@ -370,14 +376,14 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
-                        shield.report::<()>(Err(panicked), submitted.elapsed());
+                        shield.report_panic(panicked, submitted.elapsed());
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
             }
         }
         // The collection stored its outcome before its job or runner finished.
-        match lock(&self.inner.core.state).outcome_since(gen) {
+        match lock(&self.inner.core.state).outcome_since(generation) {
             Some(outcome) => outcome.map_err(RefreshError::from),
             None => Err(RefreshError::Closed),
         }
@@ -407,8 +413,8 @@ impl<T, E> Refresh<T, E> {
     /// See [`Refresh::peek_at`].
     pub fn last_started(&self) -> Option<Instant> {
         let state = lock(&self.inner.core.state);
-        let s = state.success.as_ref().map(|d| (d.gen, d.started));
-        let f = state.failure.as_ref().map(|d| (d.gen, d.started));
+        let s = state.success.as_ref().map(|d| (d.generation, d.started));
+        let f = state.failure.as_ref().map(|d| (d.generation, d.started));
         s.max(f).map(|(_, started)| started)
     }
 
@@ -434,13 +440,13 @@ impl<T, E> Refresh<T, E> {
 /// Builds the cache from a finished builder.
 fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
-    let core = Arc::new(Core {
-        state: std::sync::Mutex::new(flight::State::new()),
+    let core = Arc::new(CacheCore {
+        state: std::sync::Mutex::new(flight::CacheState::new()),
         event: event_listener::Event::new(),
         counters: builder::register(&name),
     });
     Refresh {
-        inner: Arc::new(Inner {
+        inner: Arc::new(Cache {
             name,
             ttl,
             failure_ttl,

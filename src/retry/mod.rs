@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use loopguard::Deadline;
+//! use loopguard::deadline::Deadline;
 //! use loopguard::retry::{Backoff, Retry};
 //!
 //! # futures_lite::future::block_on(async {
@@ -206,7 +206,7 @@ impl<P> Retry<P> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     /// use loopguard::retry::{Retry, RetryError};
     ///
     /// # futures_lite::future::block_on(async {
@@ -464,7 +464,7 @@ pin_project_lite::pin_project! {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::Deadline;
+    /// use loopguard::deadline::Deadline;
     /// use loopguard::retry::{Retry, RetryFuture};
     ///
     /// # futures_lite::future::block_on(async {
@@ -530,7 +530,7 @@ where
                     // deadline, which is never after the overall one.
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
-                        break Err(RetryError::NotRetryable { attempts: n, error })
+                        break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => AttemptError::Failed(error),
                     Err(Expired) if deadline.is_expired() => {

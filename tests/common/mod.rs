@@ -211,7 +211,7 @@ pub async fn bounded<F: Future>(limit: Duration, fut: F) -> F::Output {
 
 /// Occupies one slot of `pool` with a job that blocks until `release` opens; returns once
 /// the job is running.
-pub fn hold(pool: &loopguard::Pool, release: &Latch) -> loopguard::Job<()> {
+pub fn hold(pool: &loopguard::pool::Pool, release: &Latch) -> loopguard::pool::Job<()> {
     let started = Counter::new();
     let (s, r) = (started.clone(), release.clone());
     let job = pool

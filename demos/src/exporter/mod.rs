@@ -27,7 +27,7 @@ pub mod conns;
 pub mod registry;
 mod routes;
 
-pub use routes::{envoy_budget, serve, ENVOY_TIMEOUT_HEADER};
+pub use routes::serve;
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,8 +39,11 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use futures_lite::future;
 use hyper::body::Bytes;
+use loopguard::deadline::Deadline;
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::{Pool, RunError, TryRunError};
+use loopguard::refresh::Refresh;
 use loopguard::refresh::RefreshStats;
-use loopguard::{Deadline, OrphanHandler, Pool, Refresh, RunError, TryRunError};
 use smol::Timer;
 
 use registry::{Encoding, Registry, WalkKind};
@@ -324,7 +327,7 @@ impl Shared {
     /// walk never counts itself.
     async fn offload<T, F>(&self, wait: bool, deadline: Deadline, walk: F) -> Walked<T>
     where
-        T: loopguard::JobOutput,
+        T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
         self.pool.publish_metrics();

@@ -6,12 +6,12 @@
 //! loopguard's own metrics, optionally gzip-compressed on the same thread.
 
 use std::io::{self, Write as _};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use flate2::write::GzEncoder;
 use flate2::Compression;
+use flate2::write::GzEncoder;
 use hyper::body::Bytes;
 use metrics::Gauge;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -91,7 +91,7 @@ pub fn recorder() -> io::Result<PrometheusHandle> {
             .set_buckets(BUCKETS)
             .and_then(|b| b.install_recorder())
             .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
-        loopguard::metrics::describe_metrics();
+        loopguard::telemetry::describe_metrics();
         metrics::describe_gauge!(
             SERIES_METRIC,
             "A synthetic gauge; the registry's size sets the cost of a walk."

@@ -7,15 +7,15 @@ use std::rc::Rc;
 
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY};
+use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
-use loopguard::header::{scrape_budget, SCRAPE_TIMEOUT_HEADER};
+use loopguard::header::request_deadline;
 use smol::{Async, LocalExecutor};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
-use super::conns::{first_byte, out_of_descriptors, Conn, Tracker};
+use super::conns::{Conn, Tracker, first_byte, out_of_descriptors};
 use super::*;
 
 /// Serves `listener` on the current thread until `stop` is triggered, then drains:
@@ -228,33 +228,12 @@ fn walk_failed(walked: Walked<impl Sized>, pool: &str, what: &str) -> Reply {
     }
 }
 
-/// The header in which Envoy sends the time it will wait for the response, in whole ms.
-pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
-
-/// The budget Envoy's header leaves: `min(default, header - offset)`, or `default` when the
-/// header is missing, not a whole positive number of milliseconds, or used up by `offset`.
-pub fn envoy_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
-    let ms = value
-        .map(<[u8]>::trim_ascii)
-        .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
-    match ms.and_then(|ms| Duration::from_millis(ms).checked_sub(offset)) {
-        Some(budget) if !budget.is_zero() => budget.min(default),
-        _ => default,
-    }
-}
-
 /// The scrape's deadline: the earliest of the server's budget and every budget the caller
-/// sent (Prometheus' scrape timeout, Envoy's expected request timeout), less the offset.
+/// sent (Prometheus' scrape timeout, Envoy's expected request timeout, gRPC's timeout), less
+/// the offset.
 fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
-    let header = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-    let (default, offset) = (config.scrape_budget, config.scrape_timeout_offset);
-    let budget = scrape_budget(header(SCRAPE_TIMEOUT_HEADER), default, offset).min(envoy_budget(
-        header(ENVOY_TIMEOUT_HEADER),
-        default,
-        offset,
-    ));
-    Deadline::after(budget)
+    let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
+    request_deadline(lookup, config.scrape_budget, config.scrape_timeout_offset)
 }
 
 /// Routes one request.

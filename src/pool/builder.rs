@@ -3,22 +3,26 @@
 use std::io;
 use std::time::Duration;
 
-use crate::demand::{Demand, InvalidWindow, DEFAULT_WINDOW};
-use crate::gate::MAX_CAPACITY;
+use super::gate::MAX_CAPACITY;
+use crate::demand::{DEFAULT_WINDOW, Demand, InvalidWindow};
 use crate::orphan::OrphanHandler;
-use crate::pool::Pool;
 
 /// The most worker threads a pool may have.
 pub const MAX_WORKERS: usize = 1024;
 
 const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60);
 
-/// Configures a [`Pool`]. Created by [`Pool::builder`].
+/// How long an idle worker spins for the next job by default: not at all (see
+/// [`PoolBuilder::spin`]).
+const DEFAULT_SPIN: Duration = Duration::ZERO;
+
+/// Configures a [`Pool`](super::Pool). Created by [`Pool::builder`](super::Pool::builder).
 ///
 /// # Examples
 ///
 /// ```
-/// use loopguard::{OrphanHandler, Pool};
+/// use loopguard::orphan::OrphanHandler;
+/// use loopguard::pool::Pool;
 /// use std::time::Duration;
 ///
 /// let pool = Pool::builder()
@@ -39,6 +43,7 @@ pub struct PoolBuilder {
     pub(crate) handler: OrphanHandler,
     stuck_after: Option<Duration>,
     demand_window: Duration,
+    pub(crate) spin: Duration,
 }
 
 impl Default for PoolBuilder {
@@ -54,7 +59,7 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::PoolBuilder::new().build()?;
+    /// let pool = loopguard::pool::PoolBuilder::new().build()?;
     /// assert_eq!(pool.name(), "loopguard");
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -66,6 +71,7 @@ impl PoolBuilder {
             handler: OrphanHandler::log(),
             stuck_after: Some(DEFAULT_STUCK_AFTER),
             demand_window: DEFAULT_WINDOW,
+            spin: DEFAULT_SPIN,
         }
     }
 
@@ -77,7 +83,7 @@ impl PoolBuilder {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().name("walks").workers(1).build()?;
+    /// let pool = loopguard::pool::Pool::builder().name("walks").workers(1).build()?;
     /// let thread = pool.run(|| std::thread::current().name().map(String::from)).await.unwrap();
     /// assert_eq!(thread.as_deref(), Some("walks-0"));
     /// # Ok::<(), std::io::Error>(())
@@ -94,7 +100,7 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// let err = loopguard::Pool::builder().workers(0).build().unwrap_err();
+    /// let err = loopguard::pool::Pool::builder().workers(0).build().unwrap_err();
     /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     /// ```
     pub fn workers(mut self, workers: usize) -> PoolBuilder {
@@ -107,7 +113,7 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().stack_size(4 << 20).build()?;
+    /// let pool = loopguard::pool::Pool::builder().stack_size(4 << 20).build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn stack_size(mut self, bytes: usize) -> PoolBuilder {
@@ -120,8 +126,8 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// let (handler, reports) = loopguard::OrphanHandler::channel(32);
-    /// let pool = loopguard::Pool::builder().on_orphan(handler).build()?;
+    /// let (handler, reports) = loopguard::orphan::OrphanHandler::channel(32);
+    /// let pool = loopguard::pool::Pool::builder().on_orphan(handler).build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn on_orphan(mut self, handler: OrphanHandler) -> PoolBuilder {
@@ -137,14 +143,15 @@ impl PoolBuilder {
     ///
     /// # Precision
     ///
-    /// A monitor thread checks every tenth of the threshold (between 5 ms and 1 s), so the
-    /// report comes at most that much after the threshold passes.
+    /// A monitor thread sleeps until the instant the oldest unreported job crosses the
+    /// threshold (and without a timeout while no job runs), so the report comes as soon as
+    /// the thread is scheduled after that instant, usually within a millisecond.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// let pool = loopguard::Pool::builder().stuck_after(Duration::from_secs(10)).build()?;
+    /// let pool = loopguard::pool::Pool::builder().stuck_after(Duration::from_secs(10)).build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn stuck_after(mut self, threshold: Duration) -> PoolBuilder {
@@ -157,7 +164,7 @@ impl PoolBuilder {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().no_stuck_reports().build()?;
+    /// let pool = loopguard::pool::Pool::builder().no_stuck_reports().build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn no_stuck_reports(mut self) -> PoolBuilder {
@@ -166,7 +173,7 @@ impl PoolBuilder {
     }
 
     /// The window of the pool's demand signal (default 5 s): the time-weighted average of
-    /// holders + waiters over this window is [`Pool::demand`] and the
+    /// holders + waiters over this window is [`Pool::demand`](super::Pool::demand) and the
     /// `loopguard_pool_demand_avg` gauge. A zero window is refused by
     /// [`build`](PoolBuilder::build).
     ///
@@ -174,7 +181,7 @@ impl PoolBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let pool = loopguard::Pool::builder().demand_window(Duration::from_secs(30)).build()?;
+    /// let pool = loopguard::pool::Pool::builder().demand_window(Duration::from_secs(30)).build()?;
     /// assert_eq!(pool.demand(), 0.0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -183,24 +190,26 @@ impl PoolBuilder {
         self
     }
 
-    /// Starts the worker threads.
+    /// How long a worker that ran out of jobs spins (yielding) for the next one before it
+    /// parks (default: zero, it parks at once).
     ///
-    /// # Errors
-    ///
-    /// [`io::ErrorKind::InvalidInput`] for zero or more than [`MAX_WORKERS`] workers, an
-    /// empty name or one containing NUL, a zero stuck threshold or an invalid demand
-    /// window; the spawn error (with
-    /// the thread's name) when a thread cannot be started, in which case the threads already
-    /// started exit.
+    /// A job submitted while a worker spins starts without a wake-up call. That saves the
+    /// cost of waking a parked thread (on a VM, waking a halted vCPU can take tens of
+    /// microseconds) at the price of up to `spin` of CPU time per job that leaves the queue
+    /// empty, burnt on a core the event loop may need. Spinning pays off only when jobs
+    /// arrive back to back faster than that; see BENCHMARKS.md for the round trip and the
+    /// idle CPU cost both ways.
     ///
     /// # Examples
     ///
     /// ```
-    /// let err = loopguard::Pool::builder().workers(1_000_000).build().unwrap_err();
-    /// assert!(err.to_string().contains("between 1 and 1024"));
+    /// use std::time::Duration;
+    /// let pool = loopguard::pool::Pool::builder().spin(Duration::from_micros(50)).build()?;
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn build(self) -> io::Result<Pool> {
-        Pool::start(self)
+    pub fn spin(mut self, spin: Duration) -> PoolBuilder {
+        self.spin = spin;
+        self
     }
 
     pub(crate) fn validated_workers(&self) -> io::Result<usize> {

@@ -1,30 +1,67 @@
-//! `Pool`: fixed worker threads behind an admission gate sized to them.
+//! A bounded offload pool: fixed worker threads behind an admission gate sized to them.
+//!
+//! [`Pool::try_run`] fails fast when every slot is held ([`Saturated`], an HTTP 503 with
+//! `Retry-After`), [`Pool::run`] waits for a slot in FIFO order, [`Pool::run_within`] does
+//! so within a [`Deadline`]. Awaiting the [`Job`] (or the [`Run`]) gives the output;
+//! dropping it orphans the job, which runs on and keeps its slot, and whose failure reaches
+//! the pool's [`OrphanHandler`](crate::orphan::OrphanHandler) exactly once.
+//!
+//! The files of this module import downward: the handle (here) over [`Run`] and the
+//! admission path in `job`, over the shared `core` (slot accounting), the `workers`
+//! (dispatch and parking), the `monitor` (stuck jobs), `stats`, and the lock-free `gate`.
+
+mod builder;
+mod core;
+mod error;
+pub(crate) mod gate;
+mod job;
+mod monitor;
+mod run;
+mod stats;
+mod threads;
+pub(crate) mod wait;
+mod workers;
 
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::builder::PoolBuilder;
+use self::core::Core;
+use self::gate::Refused;
 use crate::deadline::Deadline;
-use crate::error::{Saturated, TryRunError};
-use crate::gate::Refused;
-use crate::job::{Cell, Job};
-use crate::outcome::JobOutput;
-use crate::run::Run;
-use crate::shared::Shared;
+use crate::telemetry::JobOutcome;
+
+pub use self::builder::{MAX_WORKERS, PoolBuilder};
+pub use self::error::{RunError, Saturated, TryRunError};
+pub use self::job::{IntoJob, Job};
+pub use self::run::Run;
+pub use self::stats::PoolStats;
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
 /// one slot per thread.
 ///
 /// An admitted job starts at once on a free thread; nothing queues behind the threads.
 /// [`try_run`](Pool::try_run) fails fast when every slot is held, [`run`](Pool::run) waits
-/// for a slot in FIFO order. A slot is released by the worker thread when the job has
-/// finished and its outcome was delivered, never by the awaiting side, so a caller that
-/// leaves cannot make room for new work while its own still occupies a thread.
+/// for a slot in FIFO order.
 ///
 /// `Pool` is a cheap handle (`Clone + Send + Sync`); clones share the threads.
+///
+/// # The slot rule
+///
+/// A slot is held from admission until the worker thread has finished the job (returned
+/// or panicked) *and* delivered its outcome to the awaiting [`Job`], or reported it to the
+/// orphan handler when nobody awaits it. It is released by the worker, never by the
+/// awaiting side: dropping a [`Job`] or a [`Run`], or a deadline passing, never frees a
+/// slot early, so a caller that leaves cannot make room for new work while its own still
+/// occupies a thread. At quiescence ([`wait_idle`](Pool::wait_idle)), [`in_use`](Pool::in_use)
+/// is 0.
+///
+/// # Outputs
+///
+/// A job is any `FnOnce() -> T + Send + 'static` closure with a `Send + 'static` output
+/// (see [`IntoJob`]). A panic is a failure; so is an `Err` of a closure wrapped in
+/// [`Fallible`](crate::Fallible).
 ///
 /// # Shutdown
 ///
@@ -38,7 +75,7 @@ use crate::shared::Shared;
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Pool, TryRunError};
+/// use loopguard::pool::{Pool, TryRunError};
 ///
 /// # futures_lite::future::block_on(async {
 /// let pool = Pool::builder().name("registry-serve").workers(2).build()?;
@@ -57,72 +94,33 @@ use crate::shared::Shared;
 /// # }).unwrap();
 /// ```
 ///
-/// [`RunError::Closed`]: crate::RunError::Closed
 #[derive(Clone)]
 pub struct Pool {
     handle: Arc<Handle>,
 }
 
 /// Closes the pool when the last `Pool` handle goes.
-pub(crate) struct Handle {
-    pub(crate) shared: Arc<Shared>,
+struct Handle {
+    core: Arc<Core>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.shared.close();
+        self.core.close();
     }
 }
 
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shared = self.shared();
+        let core = self.core();
         f.debug_struct("Pool")
-            .field("name", &shared.name())
-            .field("capacity", &shared.gate.capacity())
-            .field("in_use", &shared.gate.in_use())
-            .field("waiting", &shared.gate.waiting())
-            .field("closed", &shared.gate.is_closed())
+            .field("name", &&*core.name)
+            .field("capacity", &core.gate.capacity())
+            .field("in_use", &core.gate.in_use())
+            .field("waiting", &core.gate.waiting())
+            .field("closed", &core.gate.is_closed())
             .finish()
     }
-}
-
-/// A snapshot of a pool's counters, from [`Pool::stats`].
-///
-/// # Examples
-///
-/// ```
-/// let pool = loopguard::Pool::builder().workers(3).build()?;
-/// let stats = pool.stats();
-/// assert_eq!(stats.capacity, 3);
-/// assert_eq!(stats.in_use, 0);
-/// # Ok::<(), std::io::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct PoolStats {
-    /// Slots (worker threads).
-    pub capacity: usize,
-    /// Slots held, orphaned jobs included.
-    pub in_use: usize,
-    /// Callers waiting in [`Pool::run`].
-    pub waiting: usize,
-    /// `try_run` calls refused because the pool was saturated.
-    pub rejected: u64,
-    /// Jobs that finished with a non-failure output.
-    pub jobs_ok: u64,
-    /// Jobs that returned a failure (an `Err`).
-    pub jobs_error: u64,
-    /// Jobs that panicked.
-    pub jobs_panicked: u64,
-    /// Failures of orphaned jobs, handed to the orphan handler.
-    pub orphaned_failures: u64,
-    /// Jobs reported as stuck.
-    pub stuck_jobs: u64,
-    /// Age of the oldest running job, `None` when no job runs.
-    pub oldest_job_age: Option<Duration>,
-    /// Time-weighted average of holders + waiters over the demand window.
-    pub demand: f64,
 }
 
 impl Pool {
@@ -131,7 +129,7 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().name("cardinality").workers(1).build()?;
+    /// let pool = loopguard::pool::Pool::builder().name("cardinality").workers(1).build()?;
     /// assert_eq!(pool.capacity(), 1);
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -139,23 +137,19 @@ impl Pool {
         PoolBuilder::new()
     }
 
-    pub(crate) fn from_shared(shared: Arc<Shared>) -> Pool {
-        Pool {
-            handle: Arc::new(Handle { shared }),
-        }
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.handle.shared
+    fn core(&self) -> &Arc<Core> {
+        &self.handle.core
     }
 
     /// Admits `job` if a slot is free and nobody is waiting for one, and starts it at once on
     /// a worker thread.
     ///
-    /// Never awaits, never blocks on other callers (the gate is one atomic word) and, when it
-    /// refuses, neither allocates nor queues anything: the job is handed back inside the
-    /// error. While callers wait in [`run`](Pool::run), `try_run` refuses, so a loop of
-    /// `try_run` calls cannot starve them.
+    /// Never awaits. A refusal is one compare-and-exchange on the gate's atomic word: it
+    /// takes no lock, allocates nothing, queues nothing, and hands the job back inside the
+    /// error. An admission allocates the job's hand-off (one allocation) and takes two
+    /// short, uncontended-in-practice locks (the demand signal's and the dispatch queue's)
+    /// to hand the job to a worker. While callers wait in [`run`](Pool::run), `try_run`
+    /// refuses, so a loop of `try_run` calls cannot starve them.
     ///
     /// # Errors
     ///
@@ -167,26 +161,23 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// let pool = loopguard::pool::Pool::builder().workers(1).build()?;
     /// let job = pool.try_run(|| 6 * 7).expect("an idle pool admits");
     /// assert_eq!(job.await, Ok(42));
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
-    pub fn try_run<F, T>(&self, job: F) -> Result<Job<T>, TryRunError<F>>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: JobOutput,
-    {
-        let shared = self.shared();
-        match shared.gate.try_acquire() {
-            Ok(()) => Ok(shared.admit(job, Duration::ZERO, false)),
+    pub fn try_run<W: IntoJob<T>, T: Send + 'static>(
+        &self,
+        job: W,
+    ) -> Result<Job<T>, TryRunError<W>> {
+        let core = self.core();
+        match core.gate.try_acquire() {
+            Ok(()) => Ok(job::admit(core, job, Duration::ZERO, false)),
             Err(Refused::Saturated) => {
-                shared.count_rejection();
-                Err(TryRunError::Saturated(Saturated::new(
-                    job,
-                    shared.retry_after(),
-                )))
+                core.stats.rejected.bump();
+                let retry_after = core.stats.retry_after();
+                Err(TryRunError::Saturated(Saturated::new(job, retry_after)))
             }
             Err(Refused::Closed) => Err(TryRunError::Closed(job)),
         }
@@ -207,18 +198,14 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// let pool = loopguard::pool::Pool::builder().workers(1).build()?;
     /// let (a, b) = futures_lite::future::zip(pool.run(|| 1), pool.run(|| 2)).await;
     /// assert_eq!((a.unwrap(), b.unwrap()), (1, 2));
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
-    pub fn run<F, T>(&self, job: F) -> Run<F, T>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: JobOutput,
-    {
-        Run::new(self.shared().clone(), job, Deadline::never())
+    pub fn run<W: IntoJob<T>, T: Send + 'static>(&self, job: W) -> Run<W, T> {
+        Run::new(self.core().clone(), job, Deadline::never())
     }
 
     /// Like [`run`](Pool::run), within `deadline`: the wait for a slot spends the same budget
@@ -242,7 +229,8 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::{Deadline, Pool, RunError};
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::{Pool, RunError};
     /// use std::time::Duration;
     ///
     /// # futures_lite::future::block_on(async {
@@ -256,13 +244,13 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     ///
-    /// [`RunError::Expired`]: crate::RunError::Expired
-    pub fn run_within<F, T>(&self, deadline: Deadline, job: F) -> Run<F, T>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: JobOutput,
-    {
-        Run::new(self.shared().clone(), job, deadline)
+    ///
+    pub fn run_within<W: IntoJob<T>, T: Send + 'static>(
+        &self,
+        deadline: Deadline,
+        job: W,
+    ) -> Run<W, T> {
+        Run::new(self.core().clone(), job, deadline)
     }
 
     /// The pool's name: its threads are `NAME-0`, `NAME-1`, …, and its metrics carry
@@ -271,12 +259,12 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().name("walks").build()?;
+    /// let pool = loopguard::pool::Pool::builder().name("walks").build()?;
     /// assert_eq!(pool.name(), "walks");
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        self.shared().name()
+        &self.core().name
     }
 
     /// The number of slots, equal to the number of worker threads.
@@ -284,12 +272,12 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().workers(4).build()?;
+    /// let pool = loopguard::pool::Pool::builder().workers(4).build()?;
     /// assert_eq!(pool.capacity(), 4);
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn capacity(&self) -> usize {
-        self.shared().gate.capacity()
+        self.core().gate.capacity()
     }
 
     /// Slots held now, orphaned jobs included.
@@ -298,7 +286,7 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// drop(pool.try_run(|| ()));
     /// pool.wait_idle().await;
     /// assert_eq!(pool.in_use(), 0);
@@ -306,7 +294,7 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     pub fn in_use(&self) -> usize {
-        self.shared().gate.in_use()
+        self.core().gate.in_use()
     }
 
     /// Callers waiting in [`run`](Pool::run) for a slot.
@@ -314,12 +302,12 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// assert_eq!(pool.waiting(), 0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn waiting(&self) -> usize {
-        self.shared().gate.waiting()
+        self.core().gate.waiting()
     }
 
     /// The age of the oldest job running now, `None` when no job runs. A job older than the
@@ -329,12 +317,12 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// assert_eq!(pool.oldest_job_age(), None);
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn oldest_job_age(&self) -> Option<Duration> {
-        self.shared().oldest_job_age(Instant::now())
+        self.core().workers.oldest_job_age(Instant::now())
     }
 
     /// The time-weighted average of holders + waiters over the demand window (default 5 s):
@@ -344,12 +332,12 @@ impl Pool {
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// assert_eq!(pool.demand(), 0.0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn demand(&self) -> f64 {
-        self.shared().demand_at(Instant::now())
+        self.core().demand_at(Instant::now())
     }
 
     /// Failures of orphaned jobs so far (each one also went to the orphan handler).
@@ -358,15 +346,15 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().build()?;
-    /// drop(pool.try_run(|| -> Result<(), &str> { Err("gone") }));
+    /// let pool = loopguard::pool::Pool::builder().build()?;
+    /// drop(pool.try_run(loopguard::Fallible(|| -> Result<(), &str> { Err("gone") })));
     /// pool.wait_idle().await;
     /// assert_eq!(pool.orphaned_failures(), 1);
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
     pub fn orphaned_failures(&self) -> u64 {
-        self.shared().stats.orphaned.load(Ordering::Relaxed)
+        self.core().reporter.orphaned()
     }
 
     /// A snapshot of the pool's counters.
@@ -375,61 +363,61 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// pool.run(|| ()).await.unwrap();
     /// assert_eq!(pool.stats().jobs_ok, 1);
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
     pub fn stats(&self) -> PoolStats {
-        let shared = self.shared();
+        let core = self.core();
         let now = Instant::now();
-        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         PoolStats {
-            capacity: shared.gate.capacity(),
-            in_use: shared.gate.in_use(),
-            waiting: shared.gate.waiting(),
-            rejected: load(&shared.stats.rejected),
-            jobs_ok: load(&shared.stats.jobs[0]),
-            jobs_error: load(&shared.stats.jobs[1]),
-            jobs_panicked: load(&shared.stats.jobs[2]),
-            orphaned_failures: load(&shared.stats.orphaned),
-            stuck_jobs: load(&shared.stats.stuck),
-            oldest_job_age: shared.oldest_job_age(now),
-            demand: shared.demand_at(now),
+            capacity: core.gate.capacity(),
+            in_use: core.gate.in_use(),
+            waiting: core.gate.waiting(),
+            rejected: core.stats.rejected.get(),
+            jobs_ok: core.stats.jobs(JobOutcome::Ok),
+            jobs_error: core.stats.jobs(JobOutcome::Error),
+            jobs_panicked: core.stats.jobs(JobOutcome::Panicked),
+            orphaned_failures: core.reporter.orphaned(),
+            stuck_jobs: core.stats.stuck.get(),
+            oldest_job_age: core.workers.oldest_job_age(now),
+            demand: core.demand_at(now),
         }
     }
 
     /// Updates the gauges that are read rather than pushed (`in_use`, `waiting`, the oldest
-    /// job's age, the demand average) in the installed `metrics` recorder. Call it right
-    /// before rendering a scrape so they are fresh. See [`crate::metrics`].
+    /// job's age, the demand average) in the installed `metrics` recorder. Call it on the
+    /// loop right before a scrape asks for its slot, so the numbers are fresh and the
+    /// scrape does not count itself. See [`crate::telemetry`].
     ///
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// pool.publish_metrics();
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn publish_metrics(&self) {
-        self.shared().publish_metrics(Instant::now());
+        self.core().publish_metrics(Instant::now());
     }
 
     /// Stops admission. Running and admitted jobs finish; callers waiting in
-    /// [`run`](Pool::run) fail with [`RunError::Closed`](crate::RunError::Closed); later
+    /// [`run`](Pool::run) fail with [`RunError::Closed`]; later
     /// submissions are refused. Returns whether this call closed the pool.
     ///
     /// # Examples
     ///
     /// ```
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// assert!(pool.close());
     /// assert!(!pool.close());
     /// assert!(pool.is_closed());
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn close(&self) -> bool {
-        self.shared().close()
+        self.core().close()
     }
 
     /// Whether the pool was closed.
@@ -438,7 +426,7 @@ impl Pool {
     ///
     /// See [`close`](Pool::close).
     pub fn is_closed(&self) -> bool {
-        self.shared().gate.is_closed()
+        self.core().gate.is_closed()
     }
 
     /// Resolves once no slot is held (every admitted job, orphans included, has finished and
@@ -452,7 +440,7 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().build()?;
+    /// let pool = loopguard::pool::Pool::builder().build()?;
     /// drop(pool.try_run(|| std::thread::sleep(std::time::Duration::from_millis(5))));
     /// pool.wait_idle().await;
     /// assert_eq!(pool.in_use(), 0);
@@ -460,7 +448,16 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     pub async fn wait_idle(&self) {
-        self.shared().wait_idle().await
+        self.core().wait_idle().await
+    }
+
+    /// Reports a panic nobody else will see as an orphaned failure of this pool (used by a
+    /// cache whose starter took the outcome and is its only witness).
+    pub(crate) fn report_panic(&self, panicked: crate::Panicked, elapsed: Duration) {
+        let never = crate::failure::never::<()>;
+        self.core()
+            .reporter
+            .orphaned_outcome(Err(panicked), never, elapsed);
     }
 
     /// Closes the pool, waits until every worker thread has finished its jobs and exited,
@@ -474,7 +471,7 @@ impl Pool {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let pool = loopguard::Pool::builder().name("bye").build()?;
+    /// let pool = loopguard::pool::Pool::builder().name("bye").build()?;
     /// let job = pool.try_run(|| 1).unwrap();
     /// pool.shutdown().await;
     /// assert_eq!(job.await, Ok(1));
@@ -483,24 +480,31 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     pub async fn shutdown(&self) {
-        self.shared().close();
-        self.shared().wait_exited().await;
-    }
-
-    /// Builds a pool from a finished builder (used by [`PoolBuilder::build`]).
-    pub(crate) fn start(builder: PoolBuilder) -> io::Result<Pool> {
-        Shared::start(builder).map(Pool::from_shared)
+        self.core().close();
+        self.core().wait_exited().await;
     }
 }
 
-impl Shared {
-    /// Hands a job whose slot is already held to a worker.
-    pub(crate) fn admit<F, T>(self: &Arc<Self>, job: F, waited: Duration, queued: bool) -> Job<T>
-    where
-        F: FnOnce() -> T + Send + 'static,
-        T: JobOutput,
-    {
-        self.admitted(waited, queued);
-        Cell::submit(self, job)
+impl PoolBuilder {
+    /// Starts the worker threads.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for zero or more than [`MAX_WORKERS`] workers, an
+    /// empty name or one containing NUL, a zero stuck threshold or an invalid demand
+    /// window; the spawn error (with the thread's name) when a thread cannot be started,
+    /// in which case the threads already started exit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let err = loopguard::pool::Pool::builder().workers(1_000_000).build().unwrap_err();
+    /// assert!(err.to_string().contains("between 1 and 1024"));
+    /// ```
+    pub fn build(self) -> io::Result<Pool> {
+        let core = threads::start(&self)?;
+        Ok(Pool {
+            handle: Arc::new(Handle { core }),
+        })
     }
 }

@@ -1,27 +1,40 @@
-//! Metric names, their descriptions, and the handles a pool emits through.
+//! What loopguard emits: metric names, label names and values, and [`describe_metrics`].
 //!
 //! loopguard only *emits* through the [`metrics`] facade; the application installs the
-//! recorder (for example `metrics-exporter-prometheus`). Handles are obtained when a pool is
-//! built, so install the recorder before building pools. Every series of a pool is created
+//! recorder (for example `metrics-exporter-prometheus`). Handles are obtained when a pool,
+//! shield, gate or cache is built, so install the recorder first. Every series is created
 //! at build time with a zero value (each `outcome` label included), so dashboards and alerts
 //! never see a missing series.
 //!
-//! Gauges that are integrated over time (`loopguard_pool_demand_avg`) or that age
-//! (`loopguard_pool_oldest_job_seconds`) are updated *on read*: call
-//! [`Pool::publish_metrics`](crate::Pool::publish_metrics) right before rendering a scrape.
-//! The counters, histograms and the `in_use`/`waiting` gauges are updated as events happen.
+//! Counters and histograms are updated as events happen. The gauges that are *read*
+//! rather than pushed (`loopguard_pool_in_use`, `loopguard_pool_waiting`,
+//! `loopguard_pool_oldest_job_seconds`, `loopguard_pool_demand_avg`,
+//! `loopguard_keyed_demand_avg`) are updated by
+//! [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics) and
+//! [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics): call them
+//! right before rendering a scrape, and before the scrape takes a slot of its own, so a
+//! scrape never counts itself.
+//!
+//! A recorder is code loopguard does not own: every call into it is contained, so a
+//! panicking recorder loses that one update and nothing else (see
+//! [`contained_panics`]).
 //!
 //! # Examples
 //!
 //! ```
 //! // Once, at startup, after installing a recorder:
-//! loopguard::metrics::describe_metrics();
-//! assert_eq!(loopguard::metrics::POOL_IN_USE, "loopguard_pool_in_use");
+//! loopguard::telemetry::describe_metrics();
+//! assert_eq!(loopguard::telemetry::POOL_IN_USE, "loopguard_pool_in_use");
 //! ```
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
 use ::metrics::{
-    describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
+    Counter, Gauge, Histogram, Unit, describe_counter, describe_gauge, describe_histogram,
 };
+
+use crate::sync::{CONTAINED, contain};
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";
@@ -53,7 +66,7 @@ pub const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::KEYED_DEMAND_AVG, "loopguard_keyed_demand_avg");
+/// assert_eq!(loopguard::telemetry::KEYED_DEMAND_AVG, "loopguard_keyed_demand_avg");
 /// ```
 pub const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 
@@ -64,7 +77,7 @@ pub const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 ///
 /// ```
 /// assert_eq!(
-///     loopguard::metrics::KEYED_REJECTED_TOTAL,
+///     loopguard::telemetry::KEYED_REJECTED_TOTAL,
 ///     "loopguard_keyed_rejected_total",
 /// );
 /// ```
@@ -75,7 +88,7 @@ pub const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::LABEL_GATE, "gate");
+/// assert_eq!(loopguard::telemetry::LABEL_GATE, "gate");
 /// ```
 pub const LABEL_GATE: &str = "gate";
 
@@ -84,7 +97,7 @@ pub const LABEL_GATE: &str = "gate";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::LABEL_KEY, "key");
+/// assert_eq!(loopguard::telemetry::LABEL_KEY, "key");
 /// ```
 pub const LABEL_KEY: &str = "key";
 
@@ -96,7 +109,7 @@ pub const LABEL_KEY: &str = "key";
 ///
 /// ```
 /// assert_eq!(
-///     loopguard::metrics::OPERATION_DURATION_SECONDS,
+///     loopguard::telemetry::OPERATION_DURATION_SECONDS,
 ///     "loopguard_operation_duration_seconds",
 /// );
 /// ```
@@ -109,7 +122,7 @@ pub const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_secon
 ///
 /// ```
 /// assert_eq!(
-///     loopguard::metrics::OPERATIONS_IN_FLIGHT,
+///     loopguard::telemetry::OPERATIONS_IN_FLIGHT,
 ///     "loopguard_operations_in_flight",
 /// );
 /// ```
@@ -120,7 +133,7 @@ pub const OPERATIONS_IN_FLIGHT: &str = "loopguard_operations_in_flight";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::LABEL_OPERATION, "operation");
+/// assert_eq!(loopguard::telemetry::LABEL_OPERATION, "operation");
 /// ```
 pub const LABEL_OPERATION: &str = "operation";
 
@@ -129,69 +142,60 @@ pub const LABEL_OPERATION: &str = "operation";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::LABEL_OUTCOME, "outcome");
+/// assert_eq!(loopguard::telemetry::LABEL_OUTCOME, "outcome");
 /// ```
 pub const LABEL_OUTCOME: &str = "outcome";
 
-/// The `outcome` label values of [`OPERATION_DURATION_SECONDS`].
-///
-/// # Examples
-///
-/// ```
-/// assert!(loopguard::metrics::OPERATION_OUTCOMES.contains(&"cancelled"));
-/// ```
-pub const OPERATION_OUTCOMES: [&str; 4] = ["success", "deadline", "cancelled", "error"];
-
-/// Counter: collections of a [`Refresh`](crate::Refresh) cache that finished. Labels
+/// Counter: collections of a [`Refresh`](crate::refresh::Refresh) cache that finished. Labels
 /// `cache`, `outcome` (`ok`, `error`; a panicking collection counts as `error`).
 ///
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::REFRESH_RUNS_TOTAL, "loopguard_refresh_runs_total");
+/// assert_eq!(loopguard::telemetry::REFRESH_RUNS_TOTAL, "loopguard_refresh_runs_total");
 /// ```
 pub const REFRESH_RUNS_TOTAL: &str = "loopguard_refresh_runs_total";
 
-/// Counter: calls of a [`Refresh`](crate::Refresh) cache answered from the cache without
+/// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache answered from the cache without
 /// waiting (a fresh value, or a failure within its failure TTL). Label `cache`.
 ///
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::REFRESH_HITS_TOTAL, "loopguard_refresh_hits_total");
+/// assert_eq!(loopguard::telemetry::REFRESH_HITS_TOTAL, "loopguard_refresh_hits_total");
 /// ```
 pub const REFRESH_HITS_TOTAL: &str = "loopguard_refresh_hits_total";
 
-/// Counter: calls of a [`Refresh`](crate::Refresh) cache that joined a collection already
+/// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache that joined a collection already
 /// in flight instead of starting one. Label `cache`.
 ///
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::REFRESH_JOINS_TOTAL, "loopguard_refresh_joins_total");
+/// assert_eq!(loopguard::telemetry::REFRESH_JOINS_TOTAL, "loopguard_refresh_joins_total");
 /// ```
 pub const REFRESH_JOINS_TOTAL: &str = "loopguard_refresh_joins_total";
 
-/// Counter: calls of a [`Refresh`](crate::Refresh) cache that ended with
-/// [`Expired`](crate::Expired) (the caller's deadline ran out before a value was ready; the
+/// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache that ended with
+/// [`Expired`](crate::deadline::Expired) (the caller's deadline ran out before a value was ready; the
 /// collection goes on). Label `cache`.
 ///
 /// # Examples
 ///
 /// ```
 /// assert_eq!(
-///     loopguard::metrics::REFRESH_EXPIRED_WAITS_TOTAL,
+///     loopguard::telemetry::REFRESH_EXPIRED_WAITS_TOTAL,
 ///     "loopguard_refresh_expired_waits_total",
 /// );
 /// ```
 pub const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_waits_total";
 
-/// Label naming the [`Refresh`](crate::Refresh) cache a series belongs to.
+/// Label naming the [`Refresh`](crate::refresh::Refresh) cache a series belongs to.
 ///
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::LABEL_CACHE, "cache");
+/// assert_eq!(loopguard::telemetry::LABEL_CACHE, "cache");
 /// ```
 pub const LABEL_CACHE: &str = "cache";
 
@@ -200,12 +204,74 @@ pub const LABEL_CACHE: &str = "cache";
 /// # Examples
 ///
 /// ```
-/// assert_eq!(loopguard::metrics::REFRESH_OUTCOMES, ["ok", "error"]);
+/// assert_eq!(loopguard::telemetry::REFRESH_OUTCOMES, ["ok", "error"]);
 /// ```
-pub const REFRESH_OUTCOMES: [&str; 2] = ["ok", "error"];
+pub const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
 
 /// The `outcome` label values of [`POOL_JOBS_TOTAL`].
-pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::telemetry::JOB_OUTCOMES, ["ok", "error", "panicked"]);
+/// ```
+pub const JOB_OUTCOMES: [&str; 3] = [
+    JobOutcome::Ok.label(),
+    JobOutcome::Error.label(),
+    JobOutcome::Panicked.label(),
+];
+
+/// How a pool job ended: the `outcome` label of [`POOL_JOBS_TOTAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobOutcome {
+    Ok = 0,
+    Error = 1,
+    Panicked = 2,
+}
+
+impl JobOutcome {
+    pub(crate) const fn label(self) -> &'static str {
+        match self {
+            JobOutcome::Ok => "ok",
+            JobOutcome::Error => "error",
+            JobOutcome::Panicked => "panicked",
+        }
+    }
+}
+
+/// How a refresh collection ended: the `outcome` label of [`REFRESH_RUNS_TOTAL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunOutcome {
+    Ok = 0,
+    Error = 1,
+}
+
+impl RunOutcome {
+    pub(crate) const fn label(self) -> &'static str {
+        match self {
+            RunOutcome::Ok => "ok",
+            RunOutcome::Error => "error",
+        }
+    }
+}
+
+/// Panics of code loopguard does not own (wakers, loggers, metrics recorders, orphan
+/// handlers, `Debug` and `Drop` impls of outputs) that loopguard caught in this process.
+///
+/// Each one is contained where it happened, so it kills no worker, leaks no slot, strands
+/// no waiter and loses no report; it also leaves a line on stderr (not through `log`,
+/// which may be what panicked). A job's own panic is not counted here: it is the job's
+/// outcome, returned or reported as [`Panicked`](crate::Panicked).
+///
+/// # Examples
+///
+/// ```
+/// let before = loopguard::telemetry::contained_panics();
+/// assert!(loopguard::telemetry::contained_panics() >= before);
+/// ```
+pub fn contained_panics() -> u64 {
+    CONTAINED.load(Ordering::Relaxed)
+}
 
 /// Registers help text and units for every metric loopguard emits. Call it once after the
 /// recorder is installed; calling it again is harmless.
@@ -213,9 +279,13 @@ pub const JOB_OUTCOMES: [&str; 3] = ["ok", "error", "panicked"];
 /// # Examples
 ///
 /// ```
-/// loopguard::metrics::describe_metrics();
+/// loopguard::telemetry::describe_metrics();
 /// ```
 pub fn describe_metrics() {
+    contain("the metrics recorder", describe_all);
+}
+
+fn describe_all() {
     describe_gauge!(
         POOL_CAPACITY,
         Unit::Count,
@@ -309,52 +379,59 @@ pub fn describe_metrics() {
     );
 }
 
-/// The handles one pool emits through, registered when the pool is built.
+/// A count kept by loopguard itself (for `stats()`), mirrored into a metric.
+///
+/// The atomic is ours and always exact; the metric handle goes to the recorder, user code,
+/// so every call into it is contained.
 #[derive(Debug)]
-pub(crate) struct PoolMetrics {
-    pub(crate) in_use: Gauge,
-    pub(crate) waiting: Gauge,
-    pub(crate) jobs: [Counter; 3],
-    pub(crate) rejected: Counter,
-    pub(crate) wait_seconds: Histogram,
-    pub(crate) job_seconds: Histogram,
-    pub(crate) oldest_job_seconds: Gauge,
-    pub(crate) demand_avg: Gauge,
-    pub(crate) orphaned_failures: Counter,
-    pub(crate) stuck_jobs: Counter,
+pub(crate) struct Counted {
+    value: AtomicU64,
+    metric: Counter,
 }
 
-impl PoolMetrics {
-    pub(crate) fn register(pool: &str, capacity: usize) -> PoolMetrics {
-        let label = pool.to_string();
-        let gauge = |name: &'static str| {
-            let g = ::metrics::gauge!(name, "pool" => label.clone());
-            g.set(0.0);
-            g
-        };
-        let counter = |name: &'static str| {
-            let c = ::metrics::counter!(name, "pool" => label.clone());
-            c.increment(0);
-            c
-        };
-        let job = |outcome: &'static str| {
-            let c =
-                ::metrics::counter!(POOL_JOBS_TOTAL, "pool" => label.clone(), "outcome" => outcome);
-            c.increment(0);
-            c
-        };
-        gauge(POOL_CAPACITY).set(capacity as f64);
-        PoolMetrics {
-            in_use: gauge(POOL_IN_USE),
-            waiting: gauge(POOL_WAITING),
-            jobs: JOB_OUTCOMES.map(job),
-            rejected: counter(POOL_REJECTED_TOTAL),
-            wait_seconds: ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label.clone()),
-            job_seconds: ::metrics::histogram!(POOL_JOB_SECONDS, "pool" => label.clone()),
-            oldest_job_seconds: gauge(POOL_OLDEST_JOB_SECONDS),
-            demand_avg: gauge(POOL_DEMAND_AVG),
-            orphaned_failures: counter(ORPHANED_FAILURES_TOTAL),
-            stuck_jobs: counter(POOL_STUCK_JOBS_TOTAL),
+impl Counted {
+    /// Wraps a registered handle and creates its series with a zero.
+    pub(crate) fn new(metric: Counter) -> Counted {
+        contain("the metrics recorder", || metric.increment(0));
+        Counted {
+            value: AtomicU64::new(0),
+            metric,
         }
     }
+
+    /// Counts one, then tells the recorder.
+    pub(crate) fn bump(&self) {
+        self.count();
+        self.emit();
+    }
+
+    /// Counts one in the atomic only; [`emit`](Counted::emit) tells the recorder later.
+    pub(crate) fn count(&self) {
+        self.value.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Tells the recorder about one counted event.
+    pub(crate) fn emit(&self) {
+        contain("the metrics recorder", || self.metric.increment(1));
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// Registers a handle with the recorder, containing a panicking recorder (the series is
+/// then lost, nothing else).
+pub(crate) fn register<H>(make: impl FnOnce() -> H, noop: fn() -> H) -> H {
+    contain("the metrics recorder", make).unwrap_or_else(noop)
+}
+
+/// Sets a gauge, contained.
+pub(crate) fn set(gauge: &Gauge, value: f64) {
+    contain("the metrics recorder", || gauge.set(value));
+}
+
+/// Records a duration in seconds, contained.
+pub(crate) fn record(histogram: &Histogram, value: Duration) {
+    contain("the metrics recorder", || histogram.record(value));
 }

@@ -1,64 +1,10 @@
-//! Error types of the pool.
+//! Why a pool did not run a job, or gave no output for it.
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::deadline::Expired;
-
-/// A job panicked. Carries the panic message.
-///
-/// # Examples
-///
-/// ```
-/// # futures_lite::future::block_on(async {
-/// let pool = loopguard::Pool::builder().build()?;
-/// let job = pool.try_run(|| -> u32 { panic!("bad row") }).unwrap();
-/// let err = job.await.unwrap_err();
-/// assert_eq!(err.message(), "bad row");
-/// assert_eq!(err.to_string(), "job panicked: bad row");
-/// # Ok::<(), std::io::Error>(())
-/// # }).unwrap();
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Panicked {
-    message: String,
-}
-
-impl Panicked {
-    pub(crate) fn new(message: String) -> Panicked {
-        Panicked { message }
-    }
-
-    /// The panic message, or `"non-string panic payload"` when the payload was not a string.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # futures_lite::future::block_on(async {
-    /// # let pool = loopguard::Pool::builder().build()?;
-    /// let job = pool.try_run(|| -> () { std::panic::panic_any(7_u8) }).unwrap();
-    /// assert_eq!(job.await.unwrap_err().message(), "non-string panic payload");
-    /// # Ok::<(), std::io::Error>(())
-    /// # }).unwrap();
-    /// ```
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl fmt::Display for Panicked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "job panicked: {}", self.message)
-    }
-}
-
-impl std::error::Error for Panicked {}
-
-impl From<Panicked> for std::io::Error {
-    fn from(err: Panicked) -> std::io::Error {
-        std::io::Error::other(err)
-    }
-}
+use crate::failure::Panicked;
 
 /// Every slot of the pool is held: the job was not admitted. Hands the job back.
 ///
@@ -68,7 +14,7 @@ impl From<Panicked> for std::io::Error {
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Pool, TryRunError};
+/// use loopguard::pool::{Pool, TryRunError};
 /// use std::sync::mpsc;
 ///
 /// let pool = Pool::builder().workers(1).build()?;
@@ -110,7 +56,7 @@ impl<F> Saturated<F> {
     /// # Examples
     ///
     /// ```
-    /// # let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// # let pool = loopguard::pool::Pool::builder().workers(1).build()?;
     /// # let (tx, rx) = std::sync::mpsc::channel::<()>();
     /// # let busy = pool.try_run(move || rx.recv().ok()).unwrap();
     /// let err = pool.try_run(|| ()).unwrap_err();
@@ -128,7 +74,7 @@ impl<F> Saturated<F> {
     /// # Examples
     ///
     /// ```
-    /// # let pool = loopguard::Pool::builder().workers(1).build()?;
+    /// # let pool = loopguard::pool::Pool::builder().workers(1).build()?;
     /// # let (tx, rx) = std::sync::mpsc::channel::<()>();
     /// # let busy = pool.try_run(move || rx.recv().ok()).unwrap();
     /// let err = pool.try_run(|| ()).unwrap_err();
@@ -180,12 +126,12 @@ impl<F> fmt::Display for Saturated<F> {
 
 impl<F> std::error::Error for Saturated<F> {}
 
-/// Why [`Pool::try_run`](crate::Pool::try_run) did not admit a job. Hands the job back.
+/// Why [`Pool::try_run`](super::Pool::try_run) did not admit a job. Hands the job back.
 ///
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Pool, TryRunError};
+/// use loopguard::pool::{Pool, TryRunError};
 ///
 /// let pool = Pool::builder().build()?;
 /// pool.close();
@@ -251,7 +197,7 @@ impl<F> TryRunError<F> {
     /// # Examples
     ///
     /// ```
-    /// # let pool = loopguard::Pool::builder().build()?;
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
     /// pool.close();
     /// let job = pool.try_run(|| 5).unwrap_err().into_inner();
     /// assert_eq!(job(), 5);
@@ -295,12 +241,12 @@ impl<F> From<TryRunError<F>> for std::io::Error {
     }
 }
 
-/// Why a job submitted with [`Pool::run`](crate::Pool::run) gave no output.
+/// Why a job submitted with [`Pool::run`](super::Pool::run) gave no output.
 ///
 /// # Examples
 ///
 /// ```
-/// use loopguard::{Pool, RunError};
+/// use loopguard::pool::{Pool, RunError};
 ///
 /// # futures_lite::future::block_on(async {
 /// let pool = Pool::builder().build()?;

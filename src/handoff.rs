@@ -1,0 +1,181 @@
+//! The hand-off of one piece of work's outcome, between whoever runs it (a pool's worker
+//! thread, a shield's runner) and whoever awaits it (a [`Job`](crate::pool::Job), a
+//! [`Shielded`](crate::shield::Shielded)).
+//!
+//! Its stage moves under one mutex, so completion and drop cannot both claim the outcome,
+//! nor both miss it: whichever comes second sees what the first did.
+//!
+//! | first                | second          | who reports a failure          |
+//! |----------------------|-----------------|--------------------------------|
+//! | runner delivers      | handle awaited  | nobody: the caller gets it     |
+//! | runner delivers      | handle dropped  | the thread dropping the handle |
+//! | handle dropped       | runner delivers | the runner                     |
+//! | runner gone, nothing | handle awaited  | nobody: the caller is told     |
+//!
+//! Wakers are user code: one is only called after the lock is released, and a panic in it
+//! is contained. Every transition is complete before that call, so a panicking waker can
+//! lose nothing.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::failure::{Classifier, Panicked};
+use crate::orphan::Reporter;
+use crate::sync::{lock, wake};
+
+/// Where an outcome stands.
+enum Stage<T> {
+    /// Not finished; the waker of whoever awaits the handle.
+    Running(Option<Waker>),
+    /// Finished and delivered, with how long the work ran; not yet taken.
+    Ready(Result<T, Panicked>, Duration),
+    /// The handle was dropped first: the runner reports when it delivers.
+    Orphaned,
+    /// The runner went away without an outcome (a shield's runner dropped by its executor).
+    Abandoned,
+    /// The outcome was taken, reported or discarded.
+    Taken,
+}
+
+/// A finished piece of work: its outcome and how long it ran.
+pub(crate) type Finished<T> = (Result<T, Panicked>, Duration);
+
+/// What the awaiting side takes.
+pub(crate) enum Taken<T> {
+    /// The work's outcome and how long it ran.
+    Outcome(Result<T, Panicked>, Duration),
+    /// The runner went away without an outcome.
+    Abandoned,
+}
+
+/// One outcome's hand-off; see the [module docs](self).
+pub(crate) struct Handoff<T> {
+    stage: Mutex<Stage<T>>,
+    classify: Classifier<T>,
+    reporter: Arc<Reporter>,
+}
+
+impl<T> Handoff<T> {
+    /// A hand-off whose failures (as `classify` sees them) go to `reporter` when orphaned.
+    pub(crate) fn new(classify: Classifier<T>, reporter: Arc<Reporter>) -> Handoff<T> {
+        Handoff {
+            stage: Mutex::new(Stage::Running(None)),
+            classify,
+            reporter,
+        }
+    }
+
+    /// Whether `result` is a failure: a panic, or an output the classifier says failed.
+    pub(crate) fn is_failure(&self, result: &Result<T, Panicked>) -> bool {
+        match result {
+            Err(_) => true,
+            Ok(output) => (self.classify)(output).is_some(),
+        }
+    }
+
+    pub(crate) fn reporter(&self) -> &Arc<Reporter> {
+        &self.reporter
+    }
+
+    /// The runner's side: the work finished. Hands the outcome over, or reports it if the
+    /// handle is gone. Never panics.
+    pub(crate) fn deliver(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        let mut stage = lock(&self.stage);
+        match std::mem::replace(&mut *stage, Stage::Taken) {
+            Stage::Running(waker) => {
+                *stage = Stage::Ready(result, elapsed);
+                drop(stage);
+                if let Some(waker) = waker {
+                    wake(waker);
+                }
+            }
+            Stage::Orphaned => {
+                drop(stage);
+                self.report(result, elapsed);
+            }
+            // Delivered once only; a second outcome has nobody to go to.
+            other @ (Stage::Ready(..) | Stage::Abandoned | Stage::Taken) => {
+                *stage = other;
+                drop(stage);
+                self.report(result, elapsed);
+            }
+        }
+    }
+
+    /// The runner's side: it goes away without an outcome. Wakes the handle.
+    pub(crate) fn abandon(&self) {
+        let mut stage = lock(&self.stage);
+        if let Stage::Running(waker) = &mut *stage {
+            let waker = waker.take();
+            *stage = Stage::Abandoned;
+            drop(stage);
+            if let Some(waker) = waker {
+                wake(waker);
+            }
+        }
+    }
+
+    /// The handle's side: takes the outcome once it is there.
+    ///
+    /// # Panics
+    ///
+    /// When polled again after it returned `Ready`, with `what` naming the handle.
+    pub(crate) fn poll_take(&self, cx: &mut Context<'_>, what: &str) -> Poll<Taken<T>> {
+        let mut stage = lock(&self.stage);
+        match &mut *stage {
+            Stage::Running(waker) => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    // The clone is user code; if it panics, the stage is still `Running`.
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            Stage::Ready(..) => match std::mem::replace(&mut *stage, Stage::Taken) {
+                Stage::Ready(result, elapsed) => Poll::Ready(Taken::Outcome(result, elapsed)),
+                _ => unreachable!("matched `Ready`"),
+            },
+            Stage::Abandoned => {
+                *stage = Stage::Taken;
+                Poll::Ready(Taken::Abandoned)
+            }
+            Stage::Orphaned | Stage::Taken => {
+                drop(stage);
+                panic!("`{what}` polled after completion")
+            }
+        }
+    }
+
+    /// The handle's side: it is dropped. The work is orphaned if still running; a finished
+    /// outcome nobody took is reported now. Never panics.
+    pub(crate) fn orphan(&self) {
+        let mut stage = lock(&self.stage);
+        match std::mem::replace(&mut *stage, Stage::Taken) {
+            Stage::Running(waker) => {
+                *stage = Stage::Orphaned;
+                drop(stage);
+                crate::sync::drop_quietly(waker);
+            }
+            Stage::Ready(result, elapsed) => {
+                drop(stage);
+                self.report(result, elapsed);
+            }
+            Stage::Orphaned | Stage::Abandoned | Stage::Taken => {}
+        }
+    }
+
+    /// Whether the outcome is ready to be taken, or was (the runner finished or left).
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(
+            *lock(&self.stage),
+            Stage::Ready(..) | Stage::Abandoned | Stage::Taken
+        )
+    }
+
+    /// Reports an outcome nobody will take, if it is a failure.
+    pub(crate) fn report(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        self.reporter
+            .orphaned_outcome(result, self.classify, elapsed);
+    }
+}

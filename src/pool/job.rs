@@ -1,0 +1,277 @@
+//! A job from admission to delivery: what a pool runs ([`IntoJob`]), the one admission path
+//! ([`admit`]), the worker's side of a job, and its handle ([`Job`]).
+//!
+//! The closure and its outcome live in one allocation, shared by the worker (as a
+//! [`Task`]) and by the `Job` handle. Completion travels worker → [`Handoff`] → gate: the
+//! worker runs the closure, delivers the outcome (or reports it, when the `Job` is gone),
+//! and only then gives the slot back.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::core::Core;
+use super::workers::Task;
+use crate::failure::{self, Classifier, Fallible, Panicked};
+use crate::handoff::{Finished, Handoff, Taken};
+use crate::sync::{drop_quietly, lock, panic_message};
+use crate::telemetry::JobOutcome;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a [`Pool`](super::Pool) runs: a closure `FnOnce() -> T + Send + 'static` whose
+/// output `T` is `Send + 'static`, or such a closure returning `Result<T, E>` wrapped in
+/// [`Fallible`] to have an orphaned `Err` reported.
+///
+/// Implemented for exactly those two; there is nothing to implement yourself.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::Fallible;
+/// use loopguard::pool::Pool;
+///
+/// # futures_lite::future::block_on(async {
+/// struct Snapshot { series: usize } // any output type: no trait to implement
+///
+/// let pool = Pool::builder().workers(1).build()?;
+/// let snapshot = pool.run(|| Snapshot { series: 3 }).await.unwrap();
+/// assert_eq!(snapshot.series, 3);
+///
+/// let read = pool.run(Fallible(|| std::fs::read_to_string("/proc/self/stat"))).await;
+/// assert!(read.unwrap().is_ok());
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a job a pool can run",
+    label = "not a `FnOnce() -> T + Send + 'static` closure with a `Send + 'static` output",
+    note = "a job is a closure `move || ...` that owns what it uses (`Send + 'static`) and returns a `Send + 'static` value; wrap one returning `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported"
+)]
+///
+/// The output is a type parameter rather than an associated type so that the futures
+/// holding a job ([`Run`](super::Run)) name it directly: `Run<F, T>` stays `Send` inside
+/// any async fn, however many borrows that fn holds.
+pub trait IntoJob<T>: sealed::Sealed + Send + 'static {
+    #[doc(hidden)]
+    fn run_job(self) -> T;
+
+    #[doc(hidden)]
+    fn classify() -> Classifier<T>;
+}
+
+impl<F, T> sealed::Sealed for F
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+}
+
+impl<F, T> IntoJob<T> for F
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    fn run_job(self) -> T {
+        self()
+    }
+
+    fn classify() -> Classifier<T> {
+        failure::never::<T>
+    }
+}
+
+impl<F> sealed::Sealed for Fallible<F> {}
+
+impl<F, T, E> IntoJob<Result<T, E>> for Fallible<F>
+where
+    F: FnOnce() -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: fmt::Debug + Send + 'static,
+{
+    fn run_job(self) -> Result<T, E> {
+        (self.0)()
+    }
+
+    fn classify() -> Classifier<Result<T, E>> {
+        failure::when_err::<T, E>
+    }
+}
+
+/// The one admission path: a caller holding a slot hands `work` to a worker. `queued`
+/// says whether the caller was already counted as demand while it waited for the slot.
+pub(crate) fn admit<W: IntoJob<T>, T: Send + 'static>(
+    core: &Arc<Core>,
+    work: W,
+    waited: Duration,
+    queued: bool,
+) -> Job<T> {
+    core.admitted(queued);
+    let cell = Arc::new(Cell {
+        core: core.clone(),
+        work: Mutex::new(Some(work)),
+        handoff: Handoff::new(W::classify(), core.reporter.clone()),
+    });
+    core.workers.dispatch(cell.clone());
+    // The recorder is user code: it hears of the wait once the job is on its way.
+    core.stats.emit_wait(waited);
+    Job { cell }
+}
+
+/// One admitted job: the closure until a worker takes it, then its outcome.
+struct Cell<W, T> {
+    core: Arc<Core>,
+    work: Mutex<Option<W>>,
+    handoff: Handoff<T>,
+}
+
+/// What a `Job<T>` sees of its cell.
+trait HandoffCell<T>: Send + Sync {
+    fn handoff(&self) -> &Handoff<T>;
+}
+
+impl<W: IntoJob<T>, T: Send + 'static> HandoffCell<T> for Cell<W, T> {
+    fn handoff(&self) -> &Handoff<T> {
+        &self.handoff
+    }
+}
+
+impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
+    fn run(self: Arc<Self>, worker: usize) {
+        // The slot goes back once the outcome is delivered, or if anything below unwinds.
+        let slot = SlotGuard(&self.core);
+        let Some(work) = lock(&self.work).take() else {
+            // A cell is dispatched once; there is nothing to run twice.
+            return;
+        };
+        let core = &*self.core;
+        let started = Instant::now();
+        core.workers.job_started(worker, started);
+        core.monitor.job_started();
+        let result = catch_unwind(AssertUnwindSafe(|| work.run_job())).map_err(|payload| {
+            let message = panic_message(&*payload);
+            drop_quietly(payload);
+            Panicked::new(message)
+        });
+        let elapsed = started.elapsed();
+        core.workers.job_ended(worker);
+        let outcome = match &result {
+            Err(_) => JobOutcome::Panicked,
+            Ok(_) if self.handoff.is_failure(&result) => JobOutcome::Error,
+            Ok(_) => JobOutcome::Ok,
+        };
+        core.stats.count_job(outcome, elapsed);
+        self.handoff.deliver(result, elapsed);
+        drop(slot);
+        // The recorder is user code: it hears of the job once nothing waits on it.
+        core.stats.emit_job(outcome, elapsed);
+    }
+}
+
+/// Gives a job's slot back when dropped: after delivery, or while unwinding.
+struct SlotGuard<'a>(&'a Core);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.0.release_slot();
+    }
+}
+
+/// The handle of an admitted job.
+///
+/// Awaiting it gives the job's output, or [`Panicked`] if the job panicked. The job holds a
+/// slot by [the slot rule](super::Pool#the-slot-rule).
+///
+/// # Cancel safety
+///
+/// Dropping a `Job` *orphans* the job; it never cancels it. The thread finishes the job and
+/// the slot stays held until then, so a caller that leaves cannot make room for new work
+/// while the old work still occupies a thread. If the orphaned job fails (panics, or
+/// returns an `Err` from [`Fallible`] work), the failure goes to the pool's
+/// [`OrphanHandler`](crate::orphan::OrphanHandler) exactly once.
+///
+/// # Panics
+///
+/// Polling a `Job` again after it returned `Poll::Ready` panics.
+///
+/// # Examples
+///
+/// ```
+/// # futures_lite::future::block_on(async {
+/// let pool = loopguard::pool::Pool::builder().name("render").workers(2).build()?;
+/// let job = pool.try_run(|| "# HELP up 1\n".repeat(2)).expect("a free slot");
+/// assert_eq!(job.await.unwrap().lines().count(), 2);
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[must_use = "dropping a Job orphans it: the job runs on and only failures are reported"]
+pub struct Job<T> {
+    cell: Arc<dyn HandoffCell<T>>,
+}
+
+impl<T> Job<T> {
+    /// Whether the job has finished and its outcome is ready to be taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// let job = pool.try_run(|| 1).unwrap();
+    /// pool.wait_idle().await;
+    /// assert!(job.is_finished());
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.cell.handoff().is_finished()
+    }
+
+    /// Takes the outcome with how long the job ran, for a caller that may still refuse it.
+    pub(crate) fn poll_outcome(&mut self, cx: &mut Context<'_>) -> Poll<Finished<T>> {
+        self.cell
+            .handoff()
+            .poll_take(cx, "Job")
+            .map(|taken| match taken {
+                Taken::Outcome(result, elapsed) => (result, elapsed),
+                // A worker delivers every job it takes, and every admitted job is taken.
+                Taken::Abandoned => (
+                    Err(Panicked::new("the job was lost before it ran".to_string())),
+                    Duration::ZERO,
+                ),
+            })
+    }
+
+    /// Reports an outcome taken with [`poll_outcome`](Job::poll_outcome) and then refused.
+    pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        self.cell.handoff().report(result, elapsed);
+    }
+}
+
+impl<T> Future for Job<T> {
+    type Output = Result<T, Panicked>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().poll_outcome(cx).map(|(result, _)| result)
+    }
+}
+
+impl<T> Drop for Job<T> {
+    fn drop(&mut self) {
+        self.cell.handoff().orphan();
+    }
+}
+
+impl<T> fmt::Debug for Job<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}

@@ -1,0 +1,205 @@
+//! `Run`: the future of [`Pool::run`](super::Pool::run) and
+//! [`Pool::run_within`](super::Pool::run_within): waits for a slot in FIFO order, within a
+//! deadline, then runs the job.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use async_io::Timer;
+
+use super::core::Core;
+use super::error::RunError;
+use super::job::{self, IntoJob, Job};
+use super::wait::{Ended, SlotWait, Started};
+use crate::deadline::{Deadline, Expired};
+
+enum Phase<W, T> {
+    /// Not polled yet: no slot asked for.
+    Start(W),
+    /// Queued behind other waiters (and counted as demand).
+    Queued(W),
+    /// Admitted: the job runs or ran.
+    Running(Job<T>),
+    Done,
+}
+
+/// Future of [`Pool::run`](super::Pool::run) and
+/// [`Pool::run_within`](super::Pool::run_within): waits for a slot, runs the job, resolves
+/// to its output.
+///
+/// Nothing happens until it is first polled. See [`Pool::run`](super::Pool::run) for the
+/// cancel-safety contract.
+///
+/// # Panics
+///
+/// Polling it again after it returned `Poll::Ready` panics.
+///
+/// # Examples
+///
+/// ```
+/// # futures_lite::future::block_on(async {
+/// let pool = loopguard::pool::Pool::builder().build()?;
+/// let run: loopguard::pool::Run<_, u8> = pool.run(|| 3);
+/// assert_eq!(run.await, Ok(3));
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[must_use = "futures do nothing unless polled"]
+pub struct Run<W, T> {
+    core: Arc<Core>,
+    phase: Phase<W, T>,
+    wait: SlotWait,
+    created: Instant,
+    deadline: Deadline,
+    timer: Option<Timer>,
+}
+
+// The closure is never pinned: it is moved out to be run. The timer is `Unpin`.
+impl<W, T> Unpin for Run<W, T> {}
+
+impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
+    pub(crate) fn new(core: Arc<Core>, work: W, deadline: Deadline) -> Run<W, T> {
+        Run {
+            core,
+            phase: Phase::Start(work),
+            wait: SlotWait::new(),
+            created: Instant::now(),
+            deadline,
+            timer: None,
+        }
+    }
+
+    /// Ends the operation at expiry, whatever its phase: nothing new starts, a waiter
+    /// leaves the queue (handing back a slot granted meanwhile), a running job is orphaned.
+    fn expire(&mut self) -> RunError {
+        match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Queued(_) => self.core.abandon_wait(&mut self.wait),
+            Phase::Running(job) => drop(job),
+            Phase::Start(_) | Phase::Done => {}
+        }
+        RunError::Expired(Expired)
+    }
+
+    /// Arms the deadline's timer; returns `true` if it has already fired.
+    fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(at) = self.deadline.instant() else {
+            return false;
+        };
+        let timer = self.timer.get_or_insert_with(|| Timer::at(at));
+        Pin::new(timer).poll(cx).is_ready()
+    }
+
+    /// Advances the state machine as far as it goes without waiting. User code (the
+    /// waker's clone) only runs with the phase in place, so a panic there leaves a queued
+    /// caller queued, for `Drop` to withdraw.
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RunError>> {
+        loop {
+            match &mut self.phase {
+                Phase::Start(_) => match self.wait.start(&self.core.gate) {
+                    Started::Acquired => self.admit(false),
+                    Started::Queued => {
+                        self.core.queued();
+                        self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                            Phase::Start(work) => Phase::Queued(work),
+                            _ => unreachable!("matched `Start`"),
+                        };
+                    }
+                    Started::Closed => {
+                        self.phase = Phase::Done;
+                        return Poll::Ready(Err(RunError::Closed));
+                    }
+                },
+                Phase::Queued(_) => match self.wait.poll(&self.core.gate, cx.waker()) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ended::Granted) => self.admit(true),
+                    Poll::Ready(ended) => {
+                        self.phase = Phase::Done;
+                        if ended == Ended::ClosedHolding {
+                            self.core.release_slot();
+                        } else {
+                            self.core.wait_closed();
+                        }
+                        return Poll::Ready(Err(RunError::Closed));
+                    }
+                },
+                Phase::Running(job) => {
+                    let Poll::Ready((result, elapsed)) = job.poll_outcome(cx) else {
+                        return Poll::Pending;
+                    };
+                    let Phase::Running(job) = std::mem::replace(&mut self.phase, Phase::Done)
+                    else {
+                        unreachable!("matched `Running`")
+                    };
+                    if self.deadline.is_expired() {
+                        // Completed, but too late to count as a result. The caller gets
+                        // `Expired`, so a failure among late results is nobody's: report it.
+                        job.report_refused(result, elapsed);
+                        return Poll::Ready(Err(RunError::Expired(Expired)));
+                    }
+                    return Poll::Ready(result.map_err(RunError::from));
+                }
+                Phase::Done => unreachable!("checked by poll"),
+            }
+        }
+    }
+
+    /// The caller holds a slot: hand the work to a worker.
+    fn admit(&mut self, queued: bool) {
+        let work = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Start(work) | Phase::Queued(work) => work,
+            _ => unreachable!("admitted twice"),
+        };
+        let job = job::admit(&self.core, work, self.created.elapsed(), queued);
+        self.phase = Phase::Running(job);
+    }
+}
+
+impl<W, T> fmt::Debug for Run<W, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match &self.phase {
+            Phase::Start(_) => "start",
+            Phase::Queued(_) => "queued",
+            Phase::Running(_) => "running",
+            Phase::Done => "done",
+        };
+        f.debug_struct("Run")
+            .field("pool", &&*self.core.name)
+            .field("phase", &phase)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl<W: IntoJob<T>, T: Send + 'static> Future for Run<W, T> {
+    type Output = Result<T, RunError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            if matches!(this.phase, Phase::Done) {
+                panic!("`Run` polled after completion");
+            }
+            if this.deadline.is_expired() {
+                return Poll::Ready(Err(this.expire()));
+            }
+            match this.step(cx) {
+                Poll::Ready(output) => return Poll::Ready(output),
+                Poll::Pending if this.timer_fired(cx) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<W, T> Drop for Run<W, T> {
+    fn drop(&mut self) {
+        if let Phase::Queued(_) = self.phase {
+            self.core.abandon_wait(&mut self.wait);
+        }
+        // A running job is orphaned by dropping its `Job`.
+    }
+}

@@ -1,0 +1,93 @@
+//! The pool's threads: starting them, the worker loop, and recording their exit.
+
+use std::io;
+use std::sync::Arc;
+
+use super::builder::PoolBuilder;
+use super::core::Core;
+use super::monitor::{self, Watched};
+use crate::sync::contain;
+
+/// Builds the shared state of the pool `builder` describes and starts its threads: one
+/// worker per slot, and the stuck-job monitor unless it is turned off.
+pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
+    let stuck_after = builder.validated_stuck_after()?;
+    let core = Arc::new(Core::new(builder)?);
+    for index in 0..core.workers.count() {
+        let worker = core.clone();
+        let name = format!("{}-{index}", core.name);
+        spawn(&core, builder, name, true, move || work(&worker, index))?;
+    }
+    if let Some(threshold) = stuck_after {
+        let watcher = core.clone();
+        let name = format!("{}-monitor", core.name);
+        spawn(&core, builder, name, false, move || {
+            let watched = Watched {
+                monitor: &watcher.monitor,
+                workers: &watcher.workers,
+                stuck: &watcher.stats.stuck,
+                reporter: &watcher.reporter,
+            };
+            monitor::watch(watched, threshold)
+        })?;
+    }
+    Ok(core)
+}
+
+/// The loop of worker `index`: take a job, run it, until the pool is closed and no
+/// admitted job is left.
+fn work(core: &Core, index: usize) {
+    while let Some(task) = core.workers.next_task(index, || core.is_done()) {
+        // A task contains every call into user code itself and gives its slot back even
+        // while unwinding; this only keeps the loop alive should anything still escape.
+        contain("a pool worker's task", || task.run(index));
+    }
+}
+
+/// Records a thread's exit when dropped, however the thread ends.
+struct Exit {
+    core: Arc<Core>,
+    worker: bool,
+}
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        self.core.thread_exited(self.worker);
+    }
+}
+
+fn spawn(
+    core: &Arc<Core>,
+    builder: &PoolBuilder,
+    name: String,
+    worker: bool,
+    body: impl FnOnce() + Send + 'static,
+) -> io::Result<()> {
+    let mut thread = std::thread::Builder::new().name(name.clone());
+    if let Some(size) = builder.stack_size {
+        thread = thread.stack_size(size);
+    }
+    core.thread_starting(worker);
+    let exit = Exit {
+        core: core.clone(),
+        worker,
+    };
+    match thread.spawn(move || {
+        let _exit = exit;
+        body();
+    }) {
+        Ok(handle) => {
+            core.thread_started(handle);
+            Ok(())
+        }
+        Err(err) => {
+            // The closure (and with it `exit`) was dropped: the thread is counted out.
+            // Threads already running exit once they see the pool closed.
+            core.close();
+            Err(io::Error::new(
+                err.kind(),
+                format!("cannot spawn thread `{name}`: {err}"),
+            ))
+        }
+    }
+}

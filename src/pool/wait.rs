@@ -1,0 +1,94 @@
+//! Waiting for a slot of a [`Gate`] in FIFO order: the part of a `Run` (and of the tower
+//! layer's waiting mode) before admission.
+//!
+//! Split in two steps so that the caller can do its own accounting between them:
+//! [`start`](SlotWait::start) runs no user code; [`poll`](SlotWait::poll) clones the task's
+//! waker, which may panic, and leaves everything in place if it does, so the caller's
+//! `Drop` still withdraws the waiter.
+
+use std::task::{Poll, Waker};
+
+use super::gate::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
+
+/// How [`SlotWait::start`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Started {
+    /// A slot was free and nobody waited: the caller holds it.
+    Acquired,
+    /// The caller is queued; poll it.
+    Queued,
+    /// The gate is closed.
+    Closed,
+}
+
+/// How a queued wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The caller was granted a slot and holds it.
+    Granted,
+    /// The gate closed first; the caller holds nothing.
+    Closed,
+    /// The gate closed just after granting the caller a slot: it holds that slot and must
+    /// give it back.
+    ClosedHolding,
+}
+
+/// One caller's place in the queue of a gate.
+#[derive(Debug, Default)]
+pub(crate) struct SlotWait {
+    waiter: Option<WaiterRef>,
+}
+
+impl SlotWait {
+    pub(crate) fn new() -> SlotWait {
+        SlotWait { waiter: None }
+    }
+
+    /// Takes a free slot, or joins the queue. Runs no user code.
+    pub(crate) fn start(&mut self, gate: &Gate) -> Started {
+        debug_assert!(self.waiter.is_none(), "started twice");
+        match gate.try_acquire() {
+            Ok(()) => Started::Acquired,
+            Err(Refused::Closed) => Started::Closed,
+            Err(Refused::Saturated) => {
+                let waiter = Waiter::new();
+                match gate.enqueue(&waiter) {
+                    Enqueued::Acquired => Started::Acquired,
+                    Enqueued::Closed => Started::Closed,
+                    Enqueued::Queued => {
+                        self.waiter = Some(waiter);
+                        Started::Queued
+                    }
+                }
+            }
+        }
+    }
+
+    /// Registers `waker` and looks whether the wait has ended. `waker` is cloned (user
+    /// code): if that panics, the caller is still queued and its `Drop` must
+    /// [`cancel`](SlotWait::cancel).
+    pub(crate) fn poll(&mut self, gate: &Gate, waker: &Waker) -> Poll<Ended> {
+        let Some(waiter) = &self.waiter else {
+            debug_assert!(false, "polled while not queued");
+            return Poll::Ready(Ended::Closed);
+        };
+        let ended = match waiter.poll_state(waker) {
+            WaitState::Waiting => return Poll::Pending,
+            // Closing fails waiters; one granted a slot just before holds it.
+            WaitState::Granted if gate.is_closed() => Ended::ClosedHolding,
+            WaitState::Granted => Ended::Granted,
+            WaitState::Closed => Ended::Closed,
+        };
+        self.waiter = None;
+        Poll::Ready(ended)
+    }
+
+    /// Leaves the queue (the caller gives up). Returns `true` if a slot was granted
+    /// meanwhile: the caller then holds it and must release it.
+    pub(crate) fn cancel(&mut self, gate: &Gate) -> bool {
+        match self.waiter.take() {
+            Some(waiter) => gate.cancel(&waiter),
+            None => false,
+        }
+    }
+}
