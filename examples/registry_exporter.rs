@@ -32,6 +32,7 @@ use hyper::{HeaderMap, Request, Response, server::conn::http1, service::service_
 use loopguard::Fallible;
 use loopguard::deadline::Deadline;
 use loopguard::header::request_deadline;
+use loopguard::orphan::OrphanHandler;
 use loopguard::pool::{Pool, RunError, TryRunError};
 use loopguard::refresh::Refresh;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -148,10 +149,10 @@ async fn run(config: Config) -> io::Result<()> {
     let gauge = |i| metrics::gauge!("synthetic_registry_series", &labels(i));
     let gauges: Vec<_> = (0..config.series).map(gauge).collect();
     let [delay, ttl, _, _, window, _] = config.ms;
-    let pool = Pool::builder()
-        .name("registry-serve")
-        .workers(config.workers);
-    let pool = pool.demand_window(window).build()?;
+    // Failures of walks whose scrape left (budget spent) go to stderr, once each.
+    let orphaned = OrphanHandler::new(|report| eprintln!("orphaned: {report}"));
+    let pool = Pool::builder().name("registry-serve").on_orphan(orphaned);
+    let pool = pool.workers(config.workers).demand_window(window).build()?;
     let cache = (!ttl.is_zero()).then(|| {
         let handle = handle.clone();
         let both = move || walk(&handle, delay, false).and_then(|p| Ok((compress(&p)?, p)));

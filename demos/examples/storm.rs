@@ -263,7 +263,17 @@ fn main() {
     }
     let failed: usize = rows.iter().map(|r| r.run.other).sum();
     if failed > 0 {
-        println!("({failed} answers were neither 200 nor 503, or failed)");
+        println!("({failed} answers were neither 200 nor 503, or failed:");
+        for row in rows.iter().filter(|r| r.run.other > 0) {
+            for (kind, n) in &row.run.other_kinds {
+                let (series, load) = (row.series, row.load.name());
+                println!(
+                    "  {series} series, {load}, {}: {n} x {kind}",
+                    row.mode.name()
+                );
+            }
+        }
+        println!(")");
     }
     for row in rows.iter().filter(|r| r.mode == Mode::Loopguard) {
         let twin = rows

@@ -56,6 +56,8 @@ pub struct Run {
     pub rejected: Vec<f64>,
     /// Answers that were neither, and failed requests.
     pub other: usize,
+    /// What those were (a status, or the error), with how many of each.
+    pub other_kinds: std::collections::BTreeMap<String, usize>,
     /// `/healthz` latencies during the load, ms, sorted.
     pub healthz: Vec<f64>,
     /// Scrape walks the server ran.
@@ -224,7 +226,14 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             match result {
                 Ok(r) if r.status == 200 => run.served.push(ms(&r)),
                 Ok(r) if r.status == 503 => run.rejected.push(ms(&r)),
-                _ => run.other += 1,
+                other => {
+                    run.other += 1;
+                    let kind = match other {
+                        Ok(r) => format!("status {}", r.status),
+                        Err(err) => err.to_string(),
+                    };
+                    *run.other_kinds.entry(kind).or_default() += 1;
+                }
             }
         }
         run.healthz = healthz.into_inner();
