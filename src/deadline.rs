@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
+use crate::late;
+use crate::sync::Contained;
+
 /// An instant after which an operation must not go on, or `never`.
 ///
 /// `never` orders after every instant, so [`Deadline::min()`] of a real deadline and
@@ -345,9 +348,16 @@ impl From<Expired> for io::Error {
     }
 }
 
+/// A timer whose reactor wakes the task through a contained waker.
+pub(crate) type DeadlineTimer = Contained<Timer>;
+
 /// Polls `timer` (armed lazily at `at`), returning whether it has fired.
-fn poll_timer(timer: &mut Option<Timer>, at: Instant, cx: &mut Context<'_>) -> bool {
-    let timer = timer.get_or_insert_with(|| Timer::at(at));
+pub(crate) fn poll_timer(
+    timer: &mut Option<DeadlineTimer>,
+    at: Instant,
+    cx: &mut Context<'_>,
+) -> bool {
+    let timer = timer.get_or_insert_with(|| Contained::new(Timer::at(at)));
     Pin::new(timer).poll(cx).is_ready()
 }
 
@@ -361,6 +371,17 @@ pin_project_lite::pin_project! {
     /// 2. it polls the inner future; if that is ready but the clock is now at or past
     ///    the deadline, the result came late and is dropped: `Err(Expired)`;
     /// 3. otherwise it arms a timer at the deadline (none for `never`) and waits.
+    ///
+    /// # Late failures
+    ///
+    /// One exception to step 2 keeps failures exactly-once: if, in that same poll, a
+    /// [`Job`](crate::pool::Job), [`Run`](crate::pool::Run) or
+    /// [`Shielded`](crate::shield::Shielded) inside handed the inner future a failure (a
+    /// panic, or an `Err` of [`Fallible`](crate::Fallible) work), the output is returned
+    /// even though it is late. The failure has left its hand-off, so dropping it here would
+    /// lose it; returned, it is the caller's. A late *success* is still refused. A failure
+    /// the inner future took in an earlier poll and still holds is the inner future's:
+    /// dropping that future drops it, as any user code dropping a value would.
     ///
     /// Expiry is cooperative: a blocking inner `poll` is never interrupted.
     ///
@@ -387,7 +408,7 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Within<F> {
         deadline: Deadline,
-        timer: Option<Timer>,
+        timer: Option<DeadlineTimer>,
         #[pin]
         future: F,
     }
@@ -427,13 +448,13 @@ impl<F: Future> Future for Within<F> {
         if deadline.is_expired() {
             return Poll::Ready(Err(Expired));
         }
+        let mark = late::mark();
         if let Poll::Ready(output) = this.future.poll(cx) {
-            // Judge the result by the clock after it was produced: a late one is refused.
-            return Poll::Ready(if deadline.is_expired() {
-                Err(Expired)
-            } else {
-                Ok(output)
-            });
+            // Judge the result by the clock after it was produced: a late one is refused,
+            // unless a loopguard hand-off gave it a failure in this very poll (a failure
+            // must be returned or reported, never dropped; see the type's docs).
+            let late = deadline.is_expired() && !late::handed_out_since(mark);
+            return Poll::Ready(if late { Err(Expired) } else { Ok(output) });
         }
         match deadline.instant() {
             Some(at) if poll_timer(this.timer, at, cx) => Poll::Ready(Err(Expired)),
@@ -464,7 +485,7 @@ impl<F: Future> Future for Within<F> {
 pub struct Sleep {
     deadline: Deadline,
     end: Deadline,
-    timer: Option<Timer>,
+    timer: Option<DeadlineTimer>,
 }
 
 impl fmt::Debug for Sleep {

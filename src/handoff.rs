@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::failure::{Classifier, Panicked};
+use crate::late;
 use crate::orphan::Reporter;
 use crate::sync::{lock, wake};
 
@@ -133,7 +134,13 @@ impl<T> Handoff<T> {
                 Poll::Pending
             }
             Stage::Ready(..) => match std::mem::replace(&mut *stage, Stage::Taken) {
-                Stage::Ready(result, elapsed) => Poll::Ready(Taken::Outcome(result, elapsed)),
+                Stage::Ready(result, elapsed) => {
+                    if self.is_failure(&result) {
+                        // From here on the failure is the caller's: no deadline may drop it.
+                        late::handed_out();
+                    }
+                    Poll::Ready(Taken::Outcome(result, elapsed))
+                }
                 _ => unreachable!("matched `Ready`"),
             },
             Stage::Abandoned => {
@@ -174,8 +181,18 @@ impl<T> Handoff<T> {
     }
 
     /// Reports an outcome nobody will take, if it is a failure.
-    pub(crate) fn report(&self, result: Result<T, Panicked>, elapsed: Duration) {
+    fn report(&self, result: Result<T, Panicked>, elapsed: Duration) {
         self.reporter
             .orphaned_outcome(result, self.classify, elapsed);
+    }
+
+    /// The handle's side: an outcome it took in this poll is refused after all (it came
+    /// after the caller's deadline). A failure among it is taken back from the late-output
+    /// count and reported: it reaches the handler instead of the caller.
+    pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        if self.is_failure(&result) {
+            late::taken_back();
+        }
+        self.report(result, elapsed);
     }
 }

@@ -85,6 +85,29 @@
 //!   makes that visible (stuck-job reports, the oldest job's age); it cannot stop it.
 //! - On a multi-threaded tokio runtime, `tokio::sync::Semaphore` with owned permits moved
 //!   into `spawn_blocking` gives the slot rule, though not the orphan reporting.
+//!
+//! # Code of yours that panics
+//!
+//! loopguard calls code it does not own in a few places. Where that code panics, and what
+//! happens then:
+//!
+//! | your code | called on | if it panics |
+//! |---|---|---|
+//! | a job's closure (and the `Drop` of what it captured) | a worker thread | the job's outcome is [`Panicked`]: returned to whoever awaits it, or reported once if nobody does |
+//! | a shielded future's `poll` (and its `Drop`) | the runner's executor | the same, through the [`Shielded`](shield::Shielded) handle |
+//! | a refresh collection | a worker thread, or the runner | cached as a failure for the failure TTL and reported once |
+//! | an output's `Drop`, when nobody takes it | a worker thread or the dropping thread | contained: the slot is released, the worker goes on |
+//! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
+//! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
+//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; deliveries and wake-ups come first |
+//! | a `Waker`'s `wake` | a worker thread, the releasing or closing thread | contained: the other waiters are still woken, the slot still handed on |
+//! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded` | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
+//! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
+//! | a key's `Hash` or `Eq` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash and compare without panicking, as a `HashMap`'s must |
+//!
+//! "Contained" means caught where it happens: it kills no worker, leaks no slot, strands no
+//! waiter and loses no report, and it leaves a trace (a line on stderr for the first few,
+//! and [`telemetry::contained_panics`]).
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -96,6 +119,7 @@
 
 mod failure;
 mod handoff;
+mod late;
 mod sync;
 
 pub mod deadline;

@@ -26,6 +26,16 @@ fn public_types_are_send_and_sync() {
     send_sync::<RunError>();
     send_sync::<Saturated<Closure>>();
     send_sync::<TryRunError<Closure>>();
+    send_sync::<loopguard::Fallible<Closure>>();
+    send_sync::<loopguard::shield::Shield>();
+    send_sync::<loopguard::shield::Shielded<u32>>();
+    send_sync::<loopguard::refresh::Refresh<u32, String>>();
+    send_sync::<loopguard::keyed::KeyedGate<String>>();
+    send_sync::<loopguard::keyed::KeyPermit<String>>();
+    send_sync::<loopguard::keyed::Acquire<String>>();
+    send_sync::<loopguard::demand::Demand>();
+    send_sync::<loopguard::deadline::Deadline>();
+    send_sync::<loopguard::operation::Operation>();
     // A non-Sync output is fine: only `Send` is needed to move it back.
     send::<Job<std::cell::Cell<u8>>>();
 }
@@ -34,6 +44,9 @@ fn public_types_are_send_and_sync() {
 fn futures_are_unpin() {
     unpin::<Job<u32>>();
     unpin::<Run<Closure, u32>>();
+    unpin::<loopguard::shield::Shielded<u32>>();
+    unpin::<loopguard::keyed::Acquire<String>>();
+    unpin::<loopguard::orphan::OrphanReceiver>();
 }
 
 #[test]

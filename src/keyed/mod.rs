@@ -47,14 +47,15 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::mem;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Instant;
 
 use crate::demand::{DEFAULT_WINDOW, DemandCore};
-use crate::sync::wake;
-use crate::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+use crate::sync::{contain, wake};
+use crate::telemetry::{
+    self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY,
+};
 
 mod builder;
 mod permit;
@@ -93,8 +94,8 @@ struct Keys<K> {
     /// An empty demand history with the gate's window; cloned per key.
     proto: DemandCore,
     created: Instant,
-    rejected: AtomicU64,
-    rejected_counter: metrics::Counter,
+    /// `try_acquire` calls refused, mirrored into [`KEYED_REJECTED_TOTAL`].
+    rejected: Counted,
     state: Mutex<KeyTable<K>>,
 }
 
@@ -299,8 +300,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         proto: DemandCore,
     ) -> Self {
         let name: Arc<str> = Arc::from(name);
-        let rejected_counter =
-            metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name));
+        let rejected = Counted::new(telemetry::register(
+            || metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name)),
+            metrics::Counter::noop,
+        ));
         let created = Instant::now();
         Self {
             inner: Arc::new(Keys {
@@ -309,8 +312,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                 overrides,
                 proto,
                 created,
-                rejected: AtomicU64::new(0),
-                rejected_counter,
+                rejected,
                 state: Mutex::new(KeyTable {
                     entries: HashMap::new(),
                     next_id: 0,
@@ -363,8 +365,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         match state.entries.get_mut(&key) {
             Some(entry) if !entry.admits_now() => {
                 drop(state);
-                inner.rejected.fetch_add(1, Ordering::Relaxed);
-                inner.rejected_counter.increment(1);
+                inner.rejected.bump();
                 return Err(Busy { key });
             }
             Some(entry) => {
@@ -523,7 +524,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// assert_eq!(gate.rejected(), 1);
     /// ```
     pub fn rejected(&self) -> u64 {
-        self.inner.rejected.load(Ordering::Relaxed)
+        self.inner.rejected.get()
     }
 
     /// How many keys have an entry (held, waited for, or with recent demand).
@@ -595,13 +596,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                     (key.clone(), entry.published)
                 })
                 .collect();
-            (values, mem::take(&mut state.unpublish))
+            let mut removed = mem::take(&mut state.unpublish);
+            // A key swept and back since the last call is live: its value above stands.
+            removed.retain(|key| !state.entries.contains_key(key));
+            (values, removed)
         };
         let zeros = removed.into_iter().map(|key| (key, 0.0));
         for (key, value) in values.into_iter().chain(zeros) {
-            let gate = Arc::clone(&self.inner.name);
-            metrics::gauge!(KEYED_DEMAND_AVG, LABEL_GATE => gate, LABEL_KEY => key.to_string())
-                .set(value);
+            // `Display` and the recorder are user code: a panic loses this key's update.
+            contain("a key's Display or the metrics recorder", || {
+                let gate = Arc::clone(&self.inner.name);
+                let gauge = metrics::gauge!(
+                    KEYED_DEMAND_AVG,
+                    LABEL_GATE => gate,
+                    LABEL_KEY => key.to_string()
+                );
+                gauge.set(value);
+            });
         }
     }
 }
@@ -620,7 +631,7 @@ impl<K> fmt::Debug for KeyedGate<K> {
             .field("capacity", &self.inner.capacity)
             .field("window", &self.inner.proto.window())
             .field("tracked_keys", &keys)
-            .field("rejected", &self.inner.rejected.load(Ordering::Relaxed))
+            .field("rejected", &self.inner.rejected.get())
             .finish()
     }
 }

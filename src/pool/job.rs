@@ -250,7 +250,7 @@ impl<T> Job<T> {
 
     /// Reports an outcome taken with [`poll_outcome`](Job::poll_outcome) and then refused.
     pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        self.cell.handoff().report(result, elapsed);
+        self.cell.handoff().report_refused(result, elapsed);
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,20 +19,17 @@ use futures_lite::FutureExt;
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
 use crate::sync::{lock, panic_message};
+use crate::telemetry::{Counted, RunOutcome};
 
-/// The counters of one cache: the atomics behind [`RefreshStats`](super::RefreshStats)
-/// and the metric handles registered when the cache was built.
+/// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
+/// into the metric registered when the cache was built.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    pub(crate) runs: [(AtomicU64, ::metrics::Counter); 2],
-    pub(crate) hits: (AtomicU64, ::metrics::Counter),
-    pub(crate) joins: (AtomicU64, ::metrics::Counter),
-    pub(crate) expired: (AtomicU64, ::metrics::Counter),
-}
-
-pub(crate) fn bump(counter: &(AtomicU64, ::metrics::Counter)) {
-    counter.0.fetch_add(1, Ordering::Relaxed);
-    counter.1.increment(1);
+    /// Finished collections, indexed by [`RunOutcome`].
+    pub(crate) runs: [Counted; 2],
+    pub(crate) hits: Counted,
+    pub(crate) joins: Counted,
+    pub(crate) expired: Counted,
 }
 
 /// A failed collection, as served to callers.
@@ -159,8 +155,15 @@ impl<T, E> Flight<T, E> {
                 }
             }
         }
-        bump(&self.core.counters.runs[usize::from(!ok)]);
+        let run = &self.core.counters.runs[if ok {
+            RunOutcome::Ok
+        } else {
+            RunOutcome::Error
+        } as usize];
+        run.count();
         self.core.event.notify(usize::MAX);
+        // The recorder is user code: it hears of the run once the waiters are woken.
+        run.emit();
         // Dropped here: the flight is no longer marked, so `Drop` gives nothing up.
     }
 }

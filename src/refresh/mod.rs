@@ -52,17 +52,17 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::lock;
+use crate::sync::{Contained, lock};
+use crate::telemetry::RunOutcome;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{CacheCore, Flight, bump, run_async, run_blocking};
+use self::flight::{CacheCore, Flight, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -317,19 +317,19 @@ where
             };
             let (generation, listener) = match step {
                 Step::Hit(outcome) => {
-                    bump(&core.counters.hits);
+                    core.counters.hits.bump();
                     return outcome.map_err(RefreshError::from);
                 }
                 Step::Start(generation) => return self.start(generation, deadline).await,
                 Step::Join(generation, listener) => {
                     if !joined {
                         joined = true;
-                        bump(&core.counters.joins);
+                        core.counters.joins.bump();
                     }
                     (generation, listener)
                 }
             };
-            if deadline.run(listener).await.is_err() {
+            if deadline.run(Contained::new(listener)).await.is_err() {
                 return Err(self.expired());
             }
             if let Some(outcome) = lock(&core.state).outcome_since(generation) {
@@ -349,20 +349,23 @@ where
             core: self.inner.core.clone(),
             generation,
         };
-        let submitted = Instant::now();
         match &self.inner.source {
             Source::Pool(pool, collect) => {
                 let collect = collect.clone();
                 let job = move || run_blocking(flight, &*collect);
                 // Dropping `Run` before admission drops `job` and so gives the flight up;
-                // after admission it orphans the job, which still stores its outcome.
+                // after admission it orphans the job, which still stores its outcome. A
+                // panic handed to the starter reaches it even past its deadline (see
+                // `Within`'s late failures), so it is reported here or by the pool, once.
                 match deadline.run(pool.run(job)).await {
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(RunError::Panicked(panicked))) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
-                        pool.report_panic(panicked, submitted.elapsed());
+                        // Reported here, so no enclosing deadline may count it as returned.
+                        crate::late::taken_back();
+                        pool.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
@@ -376,7 +379,8 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
-                        shield.report_panic(panicked, submitted.elapsed());
+                        crate::late::taken_back();
+                        shield.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
@@ -389,8 +393,17 @@ where
         }
     }
 
+    /// How long collection `generation` ran, from its start to now (it has just finished).
+    fn ran_for(&self, generation: u64) -> Duration {
+        let state = lock(&self.inner.core.state);
+        match &state.failure {
+            Some(done) if done.generation == generation => done.started.elapsed(),
+            _ => Duration::ZERO,
+        }
+    }
+
     fn expired(&self) -> RefreshError<E> {
-        bump(&self.inner.core.counters.expired);
+        self.inner.core.counters.expired.bump();
         RefreshError::Expired
     }
 }
@@ -425,13 +438,12 @@ impl<T, E> Refresh<T, E> {
     /// See [`RefreshStats`].
     pub fn stats(&self) -> RefreshStats {
         let c = &self.inner.core.counters;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         RefreshStats {
-            runs_ok: load(&c.runs[0].0),
-            runs_error: load(&c.runs[1].0),
-            hits: load(&c.hits.0),
-            joins: load(&c.joins.0),
-            expired_waits: load(&c.expired.0),
+            runs_ok: c.runs[RunOutcome::Ok as usize].get(),
+            runs_error: c.runs[RunOutcome::Error as usize].get(),
+            hits: c.hits.get(),
+            joins: c.joins.get(),
+            expired_waits: c.expired.get(),
             in_flight: lock(&self.inner.core.state).in_flight.is_some(),
         }
     }

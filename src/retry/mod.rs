@@ -11,6 +11,14 @@
 //! Like every deadline in this crate, expiry is cooperative: it is seen when the
 //! retry future is polled, never by interrupting an attempt's thread.
 //!
+//! # Failures that are retried
+//!
+//! A failure your rule retries is consumed by the retry: the rule saw it, and only the last
+//! attempt's failure is returned (in [`RetryError`]). That includes a failure a loopguard
+//! hand-off gave an attempt (a [`Job`](crate::pool::Job) that panicked): retried, it is not
+//! reported to an orphan handler. A failure that ends the retry is returned, even past the
+//! deadline (see [`Within`]'s late failures).
+//!
 //! # Examples
 //!
 //! ```
@@ -45,6 +53,7 @@ use std::time::Duration;
 use futures_lite::ready;
 
 use crate::deadline::{Deadline, Expired, Sleep, Within};
+use crate::late;
 
 mod backoff;
 
@@ -229,6 +238,7 @@ impl<P> Retry<P> {
             make: attempt,
             started: 0,
             last: None,
+            held: 0,
             done: false,
             sleep: None,
             attempt: None,
@@ -481,10 +491,27 @@ pin_project_lite::pin_project! {
         make: F,
         started: u32,
         last: Option<AttemptError<E>>,
+        // Failures loopguard hand-offs gave to the attempt now kept in `last`: handed out
+        // again when `last` is returned (see `crate::late`).
+        held: u64,
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
         attempt: Option<Within<Fut>>,
+    }
+}
+
+/// The deadline ended the retry: the last failure goes back to the caller, and the
+/// failures it carries are handed out again (see `crate::late`).
+fn deadline_error<E>(
+    last: &mut Option<AttemptError<E>>,
+    held: &mut u64,
+    attempts: u32,
+) -> RetryError<E> {
+    late::handed_out_again(std::mem::take(held));
+    RetryError::Deadline {
+        attempts,
+        last: last.take(),
     }
 }
 
@@ -522,29 +549,45 @@ where
         let deadline = *this.deadline;
         let outcome = loop {
             if let Some(running) = this.attempt.as_mut().as_pin_mut() {
+                let mark = late::mark();
                 let result = ready!(running.poll(cx));
+                // Failures handed to this attempt in this poll travel in `result`.
+                let handed = late::count_since(mark);
                 this.attempt.set(None);
                 let n = *this.started;
                 let failure = match result {
-                    // `Within` only returns an output that came before the attempt's
-                    // deadline, which is never after the overall one.
-                    Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
+                    // `Within` returns a late output only when a loopguard hand-off gave it
+                    // a failure in that poll: then it carries that failure and is returned
+                    // (as `Within` does); a plain late success is still too late.
+                    Ok(Ok(_)) if deadline.is_expired() && handed == 0 => {
+                        break Err(deadline_error(this.last, this.held, n));
+                    }
+                    Ok(Ok(value)) => {
+                        // The failures of earlier attempts were retried: consumed.
+                        *this.held = 0;
+                        break Ok(Success { value, attempts: n });
+                    }
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
+                        *this.held = 0;
                         break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => AttemptError::Failed(error),
                     Err(Expired) if deadline.is_expired() => {
-                        let last = this.last.take();
-                        break Err(RetryError::Deadline { attempts: n, last });
+                        break Err(deadline_error(this.last, this.held, n));
                     }
                     Err(Expired) => AttemptError::TimedOut,
                 };
                 if n >= this.policy.attempts {
+                    *this.held = 0;
                     break Err(RetryError::Exhausted {
                         attempts: n,
                         last: failure,
                     });
                 }
+                // Kept for later rather than returned now: off the count until then. The
+                // failures of the attempt it replaces were retried: consumed.
+                late::taken_back_n(handed);
+                *this.held = handed;
                 *this.last = Some(failure);
                 let pause = this.policy.backoff.pause(n - 1);
                 if !pause.is_zero() {
@@ -555,16 +598,12 @@ where
                 let slept = ready!(Pin::new(sleep).poll(cx));
                 *this.sleep = None;
                 if slept.is_err() {
-                    let last = this.last.take();
-                    let n = *this.started;
-                    break Err(RetryError::Deadline { attempts: n, last });
+                    break Err(deadline_error(this.last, this.held, *this.started));
                 }
             }
             // Nothing starts after expiry.
             if deadline.is_expired() {
-                let last = this.last.take();
-                let n = *this.started;
-                break Err(RetryError::Deadline { attempts: n, last });
+                break Err(deadline_error(this.last, this.held, *this.started));
             }
             *this.started += 1;
             let attempt_deadline = match this.policy.attempt_timeout {
