@@ -3,7 +3,7 @@
 //! - [`exporter`]: the registry exporter's serving code with its offload switchable
 //!   (loopguard, `blocking::unblock`, on the loop) and hooks for tests; `examples/storm.rs`
 //!   runs it three ways side by side. The file to copy is the root crate's
-//!   `examples/registry_exporter.rs`.
+//!   `examples/registry_exporter/`.
 //! - [`storm`]: the storm harness (a server per run in a child process, burst or sustained
 //!   load, `/healthz` probed meanwhile); [`client`]: a minimal HTTP/1.1 client for it and
 //!   the tests.
