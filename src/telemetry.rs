@@ -6,7 +6,8 @@
 //! at build time with a zero value (each `outcome` label included), so dashboards and alerts
 //! never see a missing series.
 //!
-//! Counters and histograms are updated as events happen. The gauges that are *read*
+//! Counters and histograms are updated as events happen (refusals in batches, see
+//! [`POOL_REJECTED_TOTAL`]). The gauges that are *read*
 //! rather than pushed (`loopguard_pool_in_use`, `loopguard_pool_waiting`,
 //! `loopguard_pool_oldest_job_seconds`, `loopguard_pool_demand_avg`,
 //! `loopguard_keyed_demand_avg`) are updated by
@@ -45,6 +46,12 @@ pub const POOL_WAITING: &str = "loopguard_pool_waiting";
 /// Counter: finished jobs. Labels `pool`, `outcome` (`ok`, `error`, `panicked`).
 pub const POOL_JOBS_TOTAL: &str = "loopguard_pool_jobs_total";
 /// Counter: `try_run` calls refused because the pool was saturated. Label `pool`.
+///
+/// A refusal only counts (one atomic add, so refusing stays cheap under a storm); the
+/// recorder hears of the refusals in one update when the next job finishes and at
+/// [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics), so a scrape that
+/// publishes first sees them all. [`PoolStats::rejected`](crate::pool::PoolStats::rejected)
+/// is always exact.
 pub const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
 /// Histogram: seconds from submission to admission (zero when a slot was free). Label `pool`.
 pub const POOL_WAIT_SECONDS: &str = "loopguard_pool_wait_seconds";
@@ -392,6 +399,8 @@ fn describe_all() {
 #[derive(Debug)]
 pub(crate) struct Counted {
     value: AtomicU64,
+    /// How much of `value` the recorder has heard of, for counts emitted in batches.
+    emitted: AtomicU64,
     metric: Counter,
 }
 
@@ -401,6 +410,7 @@ impl Counted {
         contain("the metrics recorder", || metric.increment(0));
         Counted {
             value: AtomicU64::new(0),
+            emitted: AtomicU64::new(0),
             metric,
         }
     }
@@ -418,7 +428,20 @@ impl Counted {
 
     /// Tells the recorder about one counted event.
     pub(crate) fn emit(&self) {
+        self.emitted.fetch_add(1, Ordering::Relaxed);
         contain("the metrics recorder", || self.metric.increment(1));
+    }
+
+    /// Tells the recorder about every event counted with [`count`](Counted::count) and not
+    /// emitted yet, in one call: for hot paths that only count.
+    pub(crate) fn flush(&self) {
+        let counted = self.value.load(Ordering::Relaxed);
+        let before = self.emitted.swap(counted, Ordering::Relaxed);
+        if counted > before {
+            contain("the metrics recorder", || {
+                self.metric.increment(counted - before)
+            });
+        }
     }
 
     pub(crate) fn get(&self) -> u64 {

@@ -144,8 +144,9 @@ impl PoolBuilder {
     /// # Precision
     ///
     /// A monitor thread sleeps until the instant the oldest unreported job crosses the
-    /// threshold (and without a timeout while no job runs), so the report comes as soon as
-    /// the thread is scheduled after that instant, usually within a millisecond.
+    /// threshold (one threshold ahead while no job runs), so the report comes as soon as
+    /// the thread is scheduled after that instant, usually within a millisecond. Starting a
+    /// job never wakes it; an idle pool's monitor wakes once per threshold.
     ///
     /// # Examples
     ///

@@ -116,6 +116,7 @@ impl Core {
 
     pub(crate) fn publish_metrics(&self, now: Instant) {
         let stats = &self.stats;
+        stats.rejected.flush();
         telemetry::set(&stats.in_use, self.gate.in_use() as f64);
         telemetry::set(&stats.waiting, self.gate.waiting() as f64);
         let oldest = self.workers.oldest_job_age(now).unwrap_or_default();

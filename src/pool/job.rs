@@ -153,7 +153,6 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         let core = &*self.core;
         let started = Instant::now();
         core.workers.job_started(worker, started);
-        core.monitor.job_started();
         let result = catch_unwind(AssertUnwindSafe(|| work.run_job())).map_err(|payload| {
             let message = panic_message(&*payload);
             drop_quietly(payload);
@@ -167,6 +166,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
             Ok(_) => JobOutcome::Ok,
         };
         core.stats.count_job(outcome, elapsed);
+        core.workers.finishing(worker);
         self.handoff.deliver(result, elapsed);
         // The recorder is user code: it hears of the job once its outcome is delivered (a
         // panic there is contained), and before the slot goes back, so a pool that reads

@@ -180,7 +180,9 @@ impl Pool {
         match core.gate.try_acquire() {
             Ok(()) => Ok(job::admit(core, job, Duration::ZERO, false)),
             Err(Refused::Saturated) => {
-                core.stats.rejected.bump();
+                // Counted only: the recorder hears of refusals in batches, when the job
+                // holding the slot finishes or the gauges are published.
+                core.stats.rejected.count();
                 let retry_after = core.stats.retry_after();
                 Err(TryRunError::Saturated(Saturated::new(job, retry_after)))
             }

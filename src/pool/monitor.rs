@@ -1,10 +1,11 @@
 //! The stuck-job monitor: reports each job that runs past the threshold, once.
 //!
-//! The monitor thread sleeps until the instant the oldest unreported running job crosses
-//! the threshold, and without a timeout while no job runs: an idle pool costs no wake-ups.
-//! A worker starting a job wakes it only when it sleeps without a timeout.
+//! The monitor thread sleeps until the next instant a job could become stuck: the instant
+//! the oldest unreported running job crosses the threshold, or, with none running, one
+//! threshold from now (a job starting meanwhile cannot cross it sooner). Workers never
+//! wake it, so starting a job costs nothing here; an idle pool's monitor wakes once per
+//! threshold (every 60 s by default).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,13 +14,11 @@ use crate::orphan::{ReportKind, Reporter};
 use crate::sync::lock;
 use crate::telemetry::Counted;
 
-/// The monitor's wake-up signal.
+/// The monitor's stop signal.
 pub(crate) struct Monitor {
     /// Set once the last worker exits: the monitor stops.
     stopped: Mutex<bool>,
     wake: Condvar,
-    /// The monitor sleeps without a timeout (it saw no unreported running job).
-    sleeping: AtomicBool,
 }
 
 impl Monitor {
@@ -27,17 +26,6 @@ impl Monitor {
         Monitor {
             stopped: Mutex::new(false),
             wake: Condvar::new(),
-            sleeping: AtomicBool::new(false),
-        }
-    }
-
-    /// A worker started a job (its start stamp is stored): wake the monitor if it sleeps
-    /// without a timeout. The stamp is stored and this flag read with `SeqCst`, and the
-    /// monitor sets the flag before it reads the stamps: one of the two sees the other.
-    pub(crate) fn job_started(&self) {
-        if self.sleeping.load(Ordering::SeqCst) {
-            let _stopped = lock(&self.stopped);
-            self.wake.notify_one();
         }
     }
 
@@ -47,20 +35,11 @@ impl Monitor {
         self.wake.notify_one();
     }
 
-    fn wait<'a>(
-        &self,
-        guard: MutexGuard<'a, bool>,
-        timeout: Option<Duration>,
-    ) -> MutexGuard<'a, bool> {
-        let woken = match timeout {
-            None => self.wake.wait(guard).map_err(|e| e.into_inner()),
-            Some(timeout) => self
-                .wake
-                .wait_timeout(guard, timeout)
-                .map(|(guard, _)| guard)
-                .map_err(|e| e.into_inner().0),
-        };
-        woken.unwrap_or_else(|guard| guard)
+    fn wait<'a>(&self, guard: MutexGuard<'a, bool>, timeout: Duration) -> MutexGuard<'a, bool> {
+        match self.wake.wait_timeout(guard, timeout) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
     }
 }
 
@@ -91,7 +70,6 @@ pub(crate) fn watch(watched: Watched<'_>, threshold: Duration) {
                 if *stopped {
                     return;
                 }
-                monitor.sleeping.store(true, Ordering::SeqCst);
                 let now = Instant::now();
                 let mut next: Option<Instant> = None;
                 for (worker, stamp) in workers.stamps().enumerate() {
@@ -111,13 +89,10 @@ pub(crate) fn watch(watched: Watched<'_>, threshold: Duration) {
                     }
                 }
                 if !due.is_empty() {
-                    monitor.sleeping.store(false, Ordering::SeqCst);
                     break;
                 }
-                if next.is_some() {
-                    monitor.sleeping.store(false, Ordering::SeqCst);
-                }
-                let timeout = next.map(|at| at.saturating_duration_since(now));
+                // With no job running, one that starts now is due a threshold from now.
+                let timeout = next.map_or(threshold, |at| at.saturating_duration_since(now));
                 stopped = monitor.wait(stopped, timeout);
             }
         }

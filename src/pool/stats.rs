@@ -131,10 +131,12 @@ impl Stats {
         self.avg_job_nanos.store(next.max(1), Ordering::Relaxed);
     }
 
-    /// Tells the recorder about a job counted by [`count_job`](Stats::count_job).
+    /// Tells the recorder about a job counted by [`count_job`](Stats::count_job), and
+    /// about the refusals counted while it ran.
     pub(crate) fn emit_job(&self, outcome: JobOutcome, elapsed: Duration) {
         self.jobs[outcome as usize].emit();
         telemetry::record(&self.job_seconds, elapsed);
+        self.rejected.flush();
     }
 
     /// Records the wait of an admitted caller.
