@@ -87,6 +87,7 @@
 //!   into `spawn_blocking` gives the slot rule, though not the orphan reporting.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -109,6 +110,9 @@ pub mod refresh;
 pub mod retry;
 pub mod shield;
 pub mod telemetry;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use crate::failure::{Fallible, Panicked};
 
