@@ -3,7 +3,9 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response};
@@ -11,7 +13,7 @@ use tower_service::Service;
 
 use super::body::AdmissionBody;
 use super::layer::Config;
-use super::mode::{Mode, Slot, Slots};
+use super::mode::{Mode, Slot, Slots, Stats};
 use super::refuse::refusal;
 use crate::deadline::{Deadline, Within};
 
@@ -126,41 +128,62 @@ where
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let deadline = self.config.deadline(&parts);
-        let stats = self.mode.stats();
         let state = match self.mode.try_admit(&parts) {
             Ok(permit) => {
-                // If the inner call panics, `slot` unwinds with it and the slot is freed.
-                let slot = Slot::grant(stats, permit);
+                // If anything below panics, `slot` unwinds with it and the slot is freed.
+                let slot = Slot::grant(self.mode.stats(), permit);
+                let deadline = self.config.deadline(&parts);
                 let request = admitted(parts, body, &slot, deadline);
                 State::Running {
                     future: self.inner.call(request),
                     slot: Some(slot),
                 }
             }
-            Err(ticket) if self.config.wait && !deadline.is_some_and(Deadline::is_expired) => {
-                // The ready service goes with the request; a clone stays for the next one.
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                State::Waiting {
-                    wait: deadline
-                        .unwrap_or(Deadline::never())
-                        .run(self.mode.wait(ticket)),
-                    service: Some(ready),
-                    request: Some((parts, body)),
+            // Waiting: the deadline is fixed now, before the wait spends it.
+            Err(ticket) if self.config.wait => match self.config.deadline(&parts) {
+                Some(deadline) if deadline.is_expired() => self.refuse(),
+                deadline => {
+                    // The ready service goes with the request; a clone stays behind.
+                    let clone = self.inner.clone();
+                    State::Waiting {
+                        line: Box::new(Line {
+                            wait: (deadline.unwrap_or(Deadline::never()))
+                                .run(self.mode.wait(ticket)),
+                            service: Some(std::mem::replace(&mut self.inner, clone)),
+                            request: Some((parts, body)),
+                            deadline,
+                            stats: self.mode.stats().clone(),
+                        }),
+                    }
                 }
-            }
-            Err(_) => {
-                stats.reject();
-                State::Refused
-            }
+            },
+            // Fail fast: no clock read, no header parsed, nothing queued.
+            Err(_) => self.refuse(),
         };
-        ResponseFuture {
-            stats: stats.clone(),
-            deadline,
-            state,
+        ResponseFuture { state }
+    }
+}
+
+impl<S, M: Mode> Admission<S, M> {
+    fn refuse<ReqB>(&self) -> State<S, ReqB, M>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        let stats = self.mode.stats();
+        stats.reject();
+        State::Refused {
+            retry_after: stats.retry_after(),
         }
     }
+}
+
+/// A request waiting in line (boxed: the other states stay small).
+struct Line<S, ReqB, M: Mode> {
+    wait: Within<M::Wait>,
+    service: Option<S>,
+    request: Option<(Parts, ReqB)>,
+    deadline: Option<Deadline>,
+    stats: Arc<Stats>,
 }
 
 pin_project_lite::pin_project! {
@@ -171,16 +194,16 @@ pin_project_lite::pin_project! {
         M: Mode,
     {
         Waiting {
-            wait: Within<M::Wait>,
-            service: Option<S>,
-            request: Option<(Parts, ReqB)>,
+            line: Box<Line<S, ReqB, M>>,
         },
         Running {
             #[pin]
             future: S::Future,
             slot: Option<Slot>,
         },
-        Refused,
+        Refused {
+            retry_after: Duration,
+        },
         Done,
     }
 }
@@ -208,8 +231,6 @@ pin_project_lite::pin_project! {
         S: Service<Request<ReqB>>,
         M: Mode,
     {
-        stats: std::sync::Arc<super::mode::Stats>,
-        deadline: Option<Deadline>,
         #[pin]
         state: State<S, ReqB, M>,
     }
@@ -223,28 +244,25 @@ where
     type Output = Result<Response<AdmissionBody<ResB>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let mut state = self.project().state;
         loop {
-            match this.state.as_mut().project() {
-                StateProj::Waiting {
-                    wait,
-                    service,
-                    request,
-                } => {
+            match state.as_mut().project() {
+                StateProj::Waiting { line } => {
                     // A permit that arrives at or after the deadline is dropped (passed
                     // on) by `Within`.
-                    let granted = std::task::ready!(Pin::new(wait).poll(cx));
+                    let granted = std::task::ready!(Pin::new(&mut line.wait).poll(cx));
                     let (Ok(Some(permit)), Some(mut service), Some((parts, body))) =
-                        (granted, service.take(), request.take())
+                        (granted, line.service.take(), line.request.take())
                     else {
-                        this.stats.reject();
-                        this.state.set(State::Refused);
+                        line.stats.reject();
+                        let retry_after = line.stats.retry_after();
+                        state.set(State::Refused { retry_after });
                         continue;
                     };
-                    let slot = Slot::grant(this.stats, permit);
-                    let request = admitted(parts, body, &slot, *this.deadline);
+                    let slot = Slot::grant(&line.stats, permit);
+                    let request = admitted(parts, body, &slot, line.deadline);
                     let future = service.call(request);
-                    this.state.set(State::Running {
+                    state.set(State::Running {
                         future,
                         slot: Some(slot),
                     });
@@ -252,7 +270,7 @@ where
                 StateProj::Running { future, slot } => {
                     let result = std::task::ready!(future.poll(cx));
                     let slot = slot.take();
-                    this.state.set(State::Done);
+                    state.set(State::Done);
                     // An error frees the slot here; a response hands it to its body.
                     return Poll::Ready(result.map(|response| {
                         let (parts, body) = response.into_parts();
@@ -263,9 +281,10 @@ where
                         Response::from_parts(parts, body)
                     }));
                 }
-                StateProj::Refused => {
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(refusal(this.stats.retry_after())));
+                StateProj::Refused { retry_after } => {
+                    let retry_after = *retry_after;
+                    state.set(State::Done);
+                    return Poll::Ready(Ok(refusal(retry_after)));
                 }
                 StateProj::Done => panic!("`ResponseFuture` polled after completion"),
             }
@@ -282,12 +301,11 @@ where
         let state = match &self.state {
             State::Waiting { .. } => "waiting",
             State::Running { .. } => "running",
-            State::Refused => "refused",
+            State::Refused { .. } => "refused",
             State::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("deadline", &self.deadline)
             .finish()
     }
 }
