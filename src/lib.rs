@@ -41,6 +41,13 @@
 //!   reject-when-busy.
 //! - [`operation`]: one duration observation per operation, `cancelled` when its future is
 //!   dropped, the clock started before the first queue.
+//! - `tower` (feature `tower`, off by default): an admission layer for HTTP services on
+//!   any executor (hyper through `smol-hyper`, axum through `smol-axum`): a 503 with
+//!   `Retry-After` at once when no slot is free, or a FIFO wait within the request's
+//!   deadline; the slot held until the response body has been written; per-key admission;
+//!   the request's [`Deadline`](deadline::Deadline) from its timeout headers. And on the
+//!   client side, [`retry::Retry::decide`] honours a server's `Retry-After`
+//!   ([`header::retry_after`]) within the deadline.
 //!
 //! # Where things are
 //!
