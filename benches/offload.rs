@@ -21,7 +21,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loopguard::deadline::Deadline;
 use loopguard::pool::Pool;
 
@@ -62,17 +62,19 @@ impl PingPong {
         });
         let handle = {
             let shared = shared.clone();
-            thread::spawn(move || loop {
-                while !shared.request.swap(false, Ordering::Acquire) {
-                    if shared.stop.load(Ordering::Acquire) {
-                        return;
+            thread::spawn(move || {
+                loop {
+                    while !shared.request.swap(false, Ordering::Acquire) {
+                        if shared.stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        thread::park();
                     }
-                    thread::park();
-                }
-                black_box(()); // the no-op job
-                shared.reply.store(true, Ordering::Release);
-                if let Some(waker) = shared.waker.lock().unwrap().as_ref() {
-                    waker.wake_by_ref();
+                    black_box(()); // the no-op job
+                    shared.reply.store(true, Ordering::Release);
+                    if let Some(waker) = shared.waker.lock().unwrap().as_ref() {
+                        waker.wake_by_ref();
+                    }
                 }
             })
         };

@@ -113,7 +113,9 @@ fn main() {
                 }
             },
             other => {
-                eprintln!("deadline_overshoot: unknown argument {other:?}\nusage: deadline_overshoot [--json] [--n 1000]");
+                eprintln!(
+                    "deadline_overshoot: unknown argument {other:?}\nusage: deadline_overshoot [--json] [--n 1000]"
+                );
                 std::process::exit(2);
             }
         }

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use loopguard::Fallible;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::{Pool, TryRunError};
-use loopguard::Fallible;
 
 /// A stand-in for serializing a whole metrics registry: blocking, and slow.
 fn walk_registry(series: usize, delay: Duration) -> String {

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_signal::{Signal, Signals};
-use futures_lite::{future, StreamExt};
+use futures_lite::{StreamExt, future};
 
-use exporter::{serve, Config, Mode, Registry, Shared, Stop};
+use exporter::{Config, Mode, Registry, Shared, Stop, serve};
 
 const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--series 10000] \
 [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \

@@ -35,15 +35,15 @@ use std::panic;
 use std::pin::pin;
 use std::process::ExitCode;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
+use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, ReportKind};
 use loopguard::pool::{Pool, RunError, TryRunError};
-use loopguard::Fallible;
 
 const DEFAULT_SEED: u64 = 0x5eed_1007_6a2d;
 const PANIC_PREFIX: &str = "soak panic job ";
@@ -98,7 +98,7 @@ fn parse_args() -> Result<Options, String> {
             "--seed" => options.seed = value("--seed")?,
             "--json" => options.json = true,
             "-h" | "--help" => {
-                return Err("usage: soak [--jobs N] [--workers W] [--seed S] [--json]".into())
+                return Err("usage: soak [--jobs N] [--workers W] [--seed S] [--json]".into());
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
+use crate::late;
+
 /// An instant after which an operation must not go on, or `never`.
 ///
 /// `never` orders after every instant, so [`Deadline::min()`] of a real deadline and
@@ -362,6 +364,17 @@ pin_project_lite::pin_project! {
     ///    the deadline, the result came late and is dropped: `Err(Expired)`;
     /// 3. otherwise it arms a timer at the deadline (none for `never`) and waits.
     ///
+    /// # Late failures
+    ///
+    /// One exception to step 2 keeps failures exactly-once: if, in that same poll, a
+    /// [`Job`](crate::pool::Job), [`Run`](crate::pool::Run) or
+    /// [`Shielded`](crate::shield::Shielded) inside handed the inner future a failure (a
+    /// panic, or an `Err` of [`Fallible`](crate::Fallible) work), the output is returned
+    /// even though it is late. The failure has left its hand-off, so dropping it here would
+    /// lose it; returned, it is the caller's. A late *success* is still refused. A failure
+    /// the inner future took in an earlier poll and still holds is the inner future's:
+    /// dropping that future drops it, as any user code dropping a value would.
+    ///
     /// Expiry is cooperative: a blocking inner `poll` is never interrupted.
     ///
     /// # Cancel safety
@@ -427,13 +440,13 @@ impl<F: Future> Future for Within<F> {
         if deadline.is_expired() {
             return Poll::Ready(Err(Expired));
         }
+        let mark = late::mark();
         if let Poll::Ready(output) = this.future.poll(cx) {
-            // Judge the result by the clock after it was produced: a late one is refused.
-            return Poll::Ready(if deadline.is_expired() {
-                Err(Expired)
-            } else {
-                Ok(output)
-            });
+            // Judge the result by the clock after it was produced: a late one is refused,
+            // unless a loopguard hand-off gave it a failure in this very poll (a failure
+            // must be returned or reported, never dropped; see the type's docs).
+            let late = deadline.is_expired() && !late::handed_out_since(mark);
+            return Poll::Ready(if late { Err(Expired) } else { Ok(output) });
         }
         match deadline.instant() {
             Some(at) if poll_timer(this.timer, at, cx) => Poll::Ready(Err(Expired)),

@@ -98,7 +98,7 @@ pub struct Fallible<W>(pub W);
 
 /// Which outputs of a kind of work are failures: `None` for "not a failure", the error to
 /// report otherwise. Chosen where the work is submitted and carried with it.
-pub(crate) type Classify<T> = fn(&T) -> Option<&dyn fmt::Debug>;
+pub(crate) type Classifier<T> = fn(&T) -> Option<&dyn fmt::Debug>;
 
 /// No output is a failure (only a panic is).
 pub(crate) fn never<T>(_: &T) -> Option<&dyn fmt::Debug> {

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::failure::{Classify, Panicked};
+use crate::failure::{Classifier, Panicked};
+use crate::late;
 use crate::orphan::Reporter;
 use crate::sync::{lock, wake};
 
@@ -52,13 +53,13 @@ pub(crate) enum Taken<T> {
 /// One outcome's hand-off; see the [module docs](self).
 pub(crate) struct Handoff<T> {
     stage: Mutex<Stage<T>>,
-    classify: Classify<T>,
+    classify: Classifier<T>,
     reporter: Arc<Reporter>,
 }
 
 impl<T> Handoff<T> {
     /// A hand-off whose failures (as `classify` sees them) go to `reporter` when orphaned.
-    pub(crate) fn new(classify: Classify<T>, reporter: Arc<Reporter>) -> Handoff<T> {
+    pub(crate) fn new(classify: Classifier<T>, reporter: Arc<Reporter>) -> Handoff<T> {
         Handoff {
             stage: Mutex::new(Stage::Running(None)),
             classify,
@@ -133,7 +134,13 @@ impl<T> Handoff<T> {
                 Poll::Pending
             }
             Stage::Ready(..) => match std::mem::replace(&mut *stage, Stage::Taken) {
-                Stage::Ready(result, elapsed) => Poll::Ready(Taken::Outcome(result, elapsed)),
+                Stage::Ready(result, elapsed) => {
+                    if self.is_failure(&result) {
+                        // From here on the failure is the caller's: no deadline may drop it.
+                        late::handed_out();
+                    }
+                    Poll::Ready(Taken::Outcome(result, elapsed))
+                }
                 _ => unreachable!("matched `Ready`"),
             },
             Stage::Abandoned => {
@@ -174,8 +181,18 @@ impl<T> Handoff<T> {
     }
 
     /// Reports an outcome nobody will take, if it is a failure.
-    pub(crate) fn report(&self, result: Result<T, Panicked>, elapsed: Duration) {
+    fn report(&self, result: Result<T, Panicked>, elapsed: Duration) {
         self.reporter
             .orphaned_outcome(result, self.classify, elapsed);
+    }
+
+    /// The handle's side: an outcome it took in this poll is refused after all (it came
+    /// after the caller's deadline). A failure among it is taken back from the late-output
+    /// count and reported: it reaches the handler instead of the caller.
+    pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        if self.is_failure(&result) {
+            late::taken_back();
+        }
+        self.report(result, elapsed);
     }
 }

@@ -1,8 +1,8 @@
 //! Keep a single-threaded async event loop responsive while it offloads blocking work.
 //!
-//! A service on smol, async-std or an `async_executor::LocalExecutor` that serializes a
-//! whole metrics registry, walks a cardinality report or runs a SQL collector must not do
-//! that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
+//! A service on smol or an `async_executor::LocalExecutor` (or on async-std, discontinued
+//! upstream in favour of smol) that serializes a whole metrics registry, walks a
+//! cardinality report or runs a SQL collector must not do that on its loop. The usual answers, `blocking::unblock` and tokio's `spawn_blocking`,
 //! queue without bound: under a scrape storm every caller waits behind redundant walks and
 //! gets a late answer instead of a clear "busy". And when a caller leaves, the thread runs
 //! on while its result, and any failure, vanishes.
@@ -57,9 +57,9 @@
 //! wrapped in [`Fallible`].
 //!
 //! The crate is runtime-agnostic: it is built on smol-rs parts (`event-listener`,
-//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, async-std,
-//! `LocalExecutor`, `futures_lite::future::block_on` and tokio's current-thread runtime.
-//! It never depends on tokio.
+//! `futures-lite`, `async-io`) and its tests run the same behaviour on smol, `LocalExecutor`,
+//! `futures_lite::future::block_on`, tokio's current-thread runtime and async-std (for
+//! applications migrating off it). It never depends on tokio.
 //!
 //! # Examples
 //!
@@ -92,6 +92,29 @@
 //!   makes that visible (stuck-job reports, the oldest job's age); it cannot stop it.
 //! - On a multi-threaded tokio runtime, `tokio::sync::Semaphore` with owned permits moved
 //!   into `spawn_blocking` gives the slot rule, though not the orphan reporting.
+//!
+//! # Code of yours that panics
+//!
+//! loopguard calls code it does not own in a few places. Where that code panics, and what
+//! happens then:
+//!
+//! | your code | called on | if it panics |
+//! |---|---|---|
+//! | a job's closure (and the `Drop` of what it captured) | a worker thread | the job's outcome is [`Panicked`]: returned to whoever awaits it, or reported once if nobody does |
+//! | a shielded future's `poll` (and its `Drop`) | the runner's executor | the same, through the [`Shielded`](shield::Shielded) handle |
+//! | a refresh collection | a worker thread, or the runner | cached as a failure for the failure TTL and reported once |
+//! | an output's `Drop`, when nobody takes it | a worker thread or the dropping thread | contained: the slot is released, the worker goes on |
+//! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
+//! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
+//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; deliveries and wake-ups come first |
+//! | a `Waker`'s `wake` | a worker thread, the releasing or closing thread | contained: the other waiters are still woken, the slot still handed on |
+//! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded`, a waiting layer's response future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
+//! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
+//! | (feature `tower`) the inner service's `call`, its future, its response body; the key closure of a keyed layer | your server's task | the panic is yours; the request's slot is released as it unwinds (a key closure runs before anything is held) |
+//!
+//! "Contained" means caught where it happens: it kills no worker, leaks no slot, strands no
+//! waiter and loses no report, and it leaves a trace (a line on stderr for the first few,
+//! and [`telemetry::contained_panics`]).
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -104,6 +127,7 @@
 
 mod failure;
 mod handoff;
+mod late;
 mod sync;
 
 pub mod deadline;

@@ -58,8 +58,11 @@ use ::metrics::{Gauge, Histogram, SharedString};
 
 use crate::deadline::Expired;
 use crate::retry::RetryError;
+use crate::sync::contain;
+
+const RECORDER: &str = "the metrics recorder";
 use crate::telemetry::{
-    LABEL_OPERATION, LABEL_OUTCOME, OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS,
+    self, LABEL_OPERATION, LABEL_OUTCOME, OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT,
 };
 
 /// How an operation ended: the `outcome` label of
@@ -267,14 +270,22 @@ impl Operation {
     pub fn new(name: impl Into<SharedString>) -> Operation {
         let name: SharedString = name.into();
         let histogram = |outcome: Outcome| {
-            ::metrics::histogram!(
-                OPERATION_DURATION_SECONDS,
-                LABEL_OPERATION => name.clone(),
-                LABEL_OUTCOME => outcome.as_str(),
+            telemetry::register(
+                || {
+                    ::metrics::histogram!(
+                        OPERATION_DURATION_SECONDS,
+                        LABEL_OPERATION => name.clone(),
+                        LABEL_OUTCOME => outcome.as_str(),
+                    )
+                },
+                Histogram::noop,
             )
         };
-        let in_flight = ::metrics::gauge!(OPERATIONS_IN_FLIGHT, LABEL_OPERATION => name.clone());
-        in_flight.increment(0.0);
+        let in_flight = telemetry::register(
+            || ::metrics::gauge!(OPERATIONS_IN_FLIGHT, LABEL_OPERATION => name.clone()),
+            Gauge::noop,
+        );
+        contain(RECORDER, || in_flight.increment(0.0));
         Operation {
             inner: Arc::new(Handles {
                 durations: Outcome::ALL.map(histogram),
@@ -315,7 +326,7 @@ impl Operation {
     /// assert!(took.as_secs() < 60);
     /// ```
     pub fn start(&self) -> Guard {
-        self.inner.in_flight.increment(1.0);
+        contain(RECORDER, || self.inner.in_flight.increment(1.0));
         Guard {
             handles: Some(self.inner.clone()),
             started: Instant::now(),
@@ -439,8 +450,11 @@ impl Guard {
     fn record(&mut self, outcome: Outcome) -> std::time::Duration {
         let took = self.started.elapsed();
         if let Some(handles) = self.handles.take() {
-            handles.durations[outcome.index()].record(took.as_secs_f64());
-            handles.in_flight.decrement(1.0);
+            // The recorder is user code: a panic loses that update, never the output.
+            contain(RECORDER, || {
+                handles.durations[outcome.index()].record(took.as_secs_f64())
+            });
+            contain(RECORDER, || handles.in_flight.decrement(1.0));
         }
         took
     }

@@ -29,13 +29,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::failure::{self, Classify, Fallible, Panicked};
+use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::orphan::{OrphanHandler, Reporter};
 use crate::sync::{drop_quietly, panic_message};
@@ -75,7 +75,7 @@ pub trait IntoShielded: sealed::Sealed {
     type Output;
 
     #[doc(hidden)]
-    fn into_parts(self) -> (Self::Future, Classify<Self::Output>);
+    fn into_parts(self) -> (Self::Future, Classifier<Self::Output>);
 }
 
 impl<F: Future> sealed::Sealed for F {}
@@ -84,7 +84,7 @@ impl<F: Future> IntoShielded for F {
     type Future = F;
     type Output = F::Output;
 
-    fn into_parts(self) -> (F, Classify<F::Output>) {
+    fn into_parts(self) -> (F, Classifier<F::Output>) {
         (self, failure::never::<F::Output>)
     }
 }
@@ -99,7 +99,7 @@ where
     type Future = F;
     type Output = Result<T, E>;
 
-    fn into_parts(self) -> (F, Classify<Result<T, E>>) {
+    fn into_parts(self) -> (F, Classifier<Result<T, E>>) {
         (self.0, failure::when_err::<T, E>)
     }
 }

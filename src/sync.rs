@@ -7,7 +7,7 @@
 //! worker loop, a `Drop`, or a hand-off that still has work to do, and it leaves a trace:
 //! [`trace_panic`] writes one line to stderr, which needs no user code at all.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -40,14 +40,27 @@ pub(crate) fn contain<R>(what: &str, f: impl FnOnce() -> R) -> Option<R> {
 /// The trace a contained panic leaves: one line on stderr. Not through `log`, because the
 /// logger is user code too (and may be what panicked).
 pub(crate) fn trace_panic(what: &str, message: &str) {
-    CONTAINED.fetch_add(1, Ordering::Relaxed);
+    // The first few get a line each; after that they are only counted, so code that keeps
+    // panicking cannot flood stderr.
+    const LINES: u64 = 8;
+    let seen = CONTAINED.fetch_add(1, Ordering::Relaxed);
+    if seen >= LINES {
+        return;
+    }
     // `eprintln!` panics if stderr is closed; a trace must never add a panic of its own.
     let _ = catch_unwind(|| {
         use std::io::Write as _;
+        let mut stderr = std::io::stderr();
         let _ = writeln!(
-            std::io::stderr(),
+            stderr,
             "loopguard: {what} panicked and was contained: {message}"
         );
+        if seen + 1 == LINES {
+            let _ = writeln!(
+                stderr,
+                "loopguard: further contained panics are only counted (telemetry::contained_panics)"
+            );
+        }
     });
 }
 

@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::metrics::{
-    describe_counter, describe_gauge, describe_histogram, Counter, Gauge, Histogram, Unit,
+    Counter, Gauge, Histogram, Unit, describe_counter, describe_gauge, describe_histogram,
 };
 
-use crate::sync::{contain, CONTAINED};
+use crate::sync::{CONTAINED, contain};
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";
@@ -53,6 +53,12 @@ pub const POOL_JOB_SECONDS: &str = "loopguard_pool_job_seconds";
 /// Gauge: age in seconds of the oldest running job, 0 when idle. Label `pool`.
 pub const POOL_OLDEST_JOB_SECONDS: &str = "loopguard_pool_oldest_job_seconds";
 /// Gauge: time-weighted average of holders + waiters over the demand window. Label `pool`.
+///
+/// It counts what the pool admitted (and callers waiting in `run`), so under overload it
+/// stops near the capacity exactly when `try_run` starts refusing: a refused attempt adds
+/// no demand. To scale on load the pool refuses, use the offered load of
+/// `ops/prometheus/loopguard-recording.yaml` (this gauge plus the rate of
+/// [`POOL_REJECTED_TOTAL`] times the mean job time, by Little's law).
 pub const POOL_DEMAND_AVG: &str = "loopguard_pool_demand_avg";
 /// Counter: failures of orphaned jobs (reported to the orphan handler). Label `pool`.
 pub const ORPHANED_FAILURES_TOTAL: &str = "loopguard_orphaned_failures_total";

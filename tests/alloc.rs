@@ -10,11 +10,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{Mutex, mpsc};
 
 use futures_lite::future::block_on;
-use loopguard::pool::{Pool, TryRunError};
 use loopguard::Fallible;
+use loopguard::pool::{Pool, TryRunError};
 
 /// Counts every allocation (and reallocation) made anywhere while `COUNT_ALL` is set, and
 /// those made by the current thread in `THREAD` whatever the flag.

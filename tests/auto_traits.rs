@@ -1,15 +1,16 @@
 //! Compile-time assertions of `Send`, `Sync` and `Unpin` on the public types.
 
+use loopguard::Panicked;
 use loopguard::orphan::{OrphanHandler, OrphanReceiver, Report};
 use loopguard::pool::Run;
 use loopguard::pool::{Job, Pool, PoolBuilder, PoolStats, RunError, Saturated, TryRunError};
-use loopguard::Panicked;
 
 fn send_sync<T: Send + Sync>() {}
 fn send<T: Send>() {}
 fn unpin<T: Unpin>() {}
 
 type Closure = fn() -> u32;
+type Keyed = loopguard::tower::Keyed<String, fn(&http::request::Parts) -> String>;
 
 #[test]
 fn public_types_are_send_and_sync() {
@@ -26,6 +27,23 @@ fn public_types_are_send_and_sync() {
     send_sync::<RunError>();
     send_sync::<Saturated<Closure>>();
     send_sync::<TryRunError<Closure>>();
+    send_sync::<loopguard::Fallible<Closure>>();
+    send_sync::<loopguard::shield::Shield>();
+    send_sync::<loopguard::shield::Shielded<u32>>();
+    send_sync::<loopguard::refresh::Refresh<u32, String>>();
+    send_sync::<loopguard::keyed::KeyedGate<String>>();
+    send_sync::<loopguard::keyed::KeyPermit<String>>();
+    send_sync::<loopguard::keyed::Acquire<String>>();
+    send_sync::<loopguard::demand::Demand>();
+    send_sync::<loopguard::deadline::Deadline>();
+    send_sync::<loopguard::operation::Operation>();
+    send_sync::<loopguard::retry::Decision>();
+    send_sync::<loopguard::retry::Decide<fn(&u16) -> loopguard::retry::Decision>>();
+    send_sync::<loopguard::tower::AdmissionLayer>();
+    send_sync::<loopguard::tower::AdmissionLayer<Keyed>>();
+    send_sync::<loopguard::tower::Admission<Closure>>();
+    send_sync::<loopguard::tower::Slot>();
+    send_sync::<loopguard::tower::AdmissionBody<String>>();
     // A non-Sync output is fine: only `Send` is needed to move it back.
     send::<Job<std::cell::Cell<u8>>>();
 }
@@ -34,6 +52,9 @@ fn public_types_are_send_and_sync() {
 fn futures_are_unpin() {
     unpin::<Job<u32>>();
     unpin::<Run<Closure, u32>>();
+    unpin::<loopguard::shield::Shielded<u32>>();
+    unpin::<loopguard::keyed::Acquire<String>>();
+    unpin::<loopguard::orphan::OrphanReceiver>();
 }
 
 #[test]

@@ -22,14 +22,14 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 use client::{CatalogError, Client, Config, Event, Spawn};
-use futures_lite::{future, stream, StreamExt};
+use futures_lite::{StreamExt, future, stream};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, Uri};
-use smol::channel::{unbounded, Receiver, Sender};
+use smol::channel::{Receiver, Sender, unbounded};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 fn ms(n: u64) -> Duration {

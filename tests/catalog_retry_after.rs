@@ -26,7 +26,7 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use loopguard::tower::AdmissionLayer;
-use smol::channel::{unbounded, Receiver, Sender};
+use smol::channel::{Receiver, Sender, unbounded};
 use smol_hyper::rt::FuturesIo;
 use tower_layer::Layer;
 use tower_service::Service;

@@ -8,12 +8,12 @@ use std::error::Error;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::{assert_elapsed_near, ready_late, Counted};
+use common::{Counted, assert_elapsed_near, ready_late};
 use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
 use loopguard::deadline::{Sleep, Within};

@@ -2,13 +2,13 @@
 
 mod common;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::assert_close;
-use loopguard::demand::{Demand, InvalidWindow, OwnedDemandGuard, DEFAULT_WINDOW};
+use loopguard::demand::{DEFAULT_WINDOW, Demand, InvalidWindow, OwnedDemandGuard};
 
 const WINDOW: Duration = Duration::from_secs(5);
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use loopguard::header::{
-    budget, envoy_deadline, envoy_timeout, grpc_deadline, grpc_timeout, request_budget,
-    scrape_timeout, ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER,
+    ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER, budget, envoy_deadline,
+    envoy_timeout, grpc_deadline, grpc_timeout, request_budget, scrape_timeout,
 };
 use proptest::prelude::*;
 

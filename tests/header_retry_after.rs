@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use loopguard::header::{retry_after, retry_after_at, RETRY_AFTER_HEADER};
+use loopguard::header::{RETRY_AFTER_HEADER, retry_after, retry_after_at};
 use proptest::prelude::*;
 
 fn secs(n: u64) -> Duration {

@@ -2,11 +2,11 @@
 
 mod common;
 
-use std::sync::{mpsc, Barrier};
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{assert_close, MapRecorder};
+use common::{MapRecorder, assert_close};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
 use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
@@ -222,4 +222,26 @@ fn metrics_are_emitted_through_the_facade() {
     });
     let rejected = format!("{KEYED_REJECTED_TOTAL}{{gate=repos}}");
     assert_eq!(recorder.get(&rejected), Some(2));
+}
+
+#[test]
+fn a_key_swept_and_back_before_the_next_publication_keeps_its_value() {
+    let recorder = MapRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let gate = KeyedGate::new("repos");
+        drop(gate.try_acquire("backend").unwrap());
+        gate.publish_metrics(); // a non-zero value is published for the key
+        let gauge = format!("{KEYED_DEMAND_AVG}{{gate=repos,key=backend}}");
+        assert!(f64::from_bits(recorder.get(&gauge).unwrap()) > 0.0);
+        // The key goes idle and is swept...
+        gate.prune_at(Instant::now() + Duration::from_secs(10));
+        assert_eq!(gate.tracked_keys(), 0);
+        // ...and is busy again before anyone publishes.
+        let permit = gate.try_acquire("backend").unwrap();
+        std::thread::sleep(Duration::from_millis(2)); // let some demand accumulate
+        gate.publish_metrics();
+        let value = f64::from_bits(recorder.get(&gauge).unwrap());
+        assert!(value > 0.0, "a busy key published {value}");
+        drop(permit);
+    });
 }

@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::thread;
 
-use futures_lite::{future, FutureExt};
+use futures_lite::{FutureExt, future};
 use loopguard::keyed::KeyedGate;
 
 fn gate() -> KeyedGate<&'static str> {

@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{poll_once, Latch};
+use common::{Latch, poll_once};
 use futures_lite::future::block_on;
+use loopguard::Fallible;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
-use loopguard::Fallible;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,7 @@ use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
 use loopguard::operation::{Classify, Operation, Outcome};
 use loopguard::retry::{AttemptError, Retry, RetryError};
-use loopguard::telemetry::{OPERATIONS_IN_FLIGHT, OPERATION_DURATION_SECONDS};
+use loopguard::telemetry::{OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT};
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
@@ -125,8 +125,7 @@ fn observations(op: &Operation, outcome: Outcome) -> Vec<f64> {
         outcome.as_str()
     );
     let series = lookup(&key).unwrap_or_else(|| panic!("{key} was never registered"));
-    let seen = series.observations.lock().unwrap().clone();
-    seen
+    series.observations.lock().unwrap().clone()
 }
 
 fn counts(op: &Operation) -> [usize; 4] {
@@ -136,8 +135,7 @@ fn counts(op: &Operation) -> [usize; 4] {
 fn in_flight(op: &Operation) -> f64 {
     let key = format!("{OPERATIONS_IN_FLIGHT}{{operation={}}}", op.name());
     let series = lookup(&key).unwrap_or_else(|| panic!("{key} was never registered"));
-    let value = *series.gauge.lock().unwrap();
-    value
+    *series.gauge.lock().unwrap()
 }
 
 /// `[success, deadline, cancelled, error]` with a one in `outcome`'s place.
@@ -309,11 +307,7 @@ fn concurrent_calls_each_observed_once_from_other_threads() {
                 future::block_on(op.measure(async move {
                     future::yield_now().await;
                     tx.send(()).unwrap();
-                    if i % 2 == 0 {
-                        Ok(())
-                    } else {
-                        Err(Expired)
-                    }
+                    if i % 2 == 0 { Ok(()) } else { Err(Expired) }
                 }))
             })
         })

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{poll_once, Counter, Latch};
+use common::{Counter, Latch, poll_once};
+use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, Report, ReportKind};
 use loopguard::pool::Pool;
-use loopguard::Fallible;
 
 /// A handler that records every report.
 fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {

@@ -3,10 +3,10 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{poll_once, Counter, Latch};
+use common::{Counter, Latch, poll_once};
 use loopguard::pool::{Pool, RunError, TryRunError};
 
 fn pool(name: &str, workers: usize) -> Pool {

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bounded, hold, poll_once, Counter, Latch};
+use common::{Counter, Latch, bounded, hold, poll_once};
+use loopguard::Fallible;
 use loopguard::deadline::Deadline;
 use loopguard::orphan::{OrphanHandler, Report};
 use loopguard::pool::{Pool, RunError};
-use loopguard::Fallible;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

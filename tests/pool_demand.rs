@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, hold, poll_once, Latch};
+use common::{Latch, bounded, hold, poll_once};
 use loopguard::deadline::Deadline;
 use loopguard::pool::Pool;
 

@@ -6,11 +6,11 @@ mod common;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{poll_once, Counter, Latch};
+use common::{Counter, Latch, poll_once};
+use loopguard::Fallible;
 use loopguard::keyed::KeyedGate;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
-use loopguard::Fallible;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 fn recorder() -> &'static PrometheusHandle {

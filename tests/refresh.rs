@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bounded, poll_once, Counter, Latch, MapRecorder};
+use common::{Counter, Latch, MapRecorder, bounded, poll_once};
 use loopguard::deadline::Deadline;
 use loopguard::orphan::{OrphanHandler, Report, ReportKind};
 use loopguard::pool::Pool;

@@ -5,9 +5,9 @@ mod common;
 
 use std::error::Error;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_elapsed_near, ready_late};
@@ -143,13 +143,7 @@ on_every_executor!(transient_failures_then_success, async {
         .backoff(Backoff::fixed([ms(5)]))
         .run(Deadline::after(Duration::from_secs(10)), move |n| {
             tx.send(n).expect("receiver alive");
-            async move {
-                if n < 3 {
-                    Err(fail(n))
-                } else {
-                    Ok(n * 10)
-                }
-            }
+            async move { if n < 3 { Err(fail(n)) } else { Ok(n * 10) } }
         })
         .await;
     assert_eq!(

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_elapsed_near, SLACK};
+use common::{SLACK, assert_elapsed_near};
 use loopguard::deadline::Deadline;
 use loopguard::retry::{AttemptError, Backoff, Decision, Retry, RetryError, ShouldRetry};
 

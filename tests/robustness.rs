@@ -6,14 +6,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 use futures_lite::future;
+use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, Report};
 use loopguard::pool::Pool;
-use loopguard::Fallible;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -57,9 +57,11 @@ fn a_panicking_waker_woken_by_a_grant_kills_no_worker() {
     let holder = pool.try_run(move || rx.recv().is_ok()).unwrap();
     let mut waiter = pool.run(|| 7u32);
     let waker = Waker::from(Arc::new(PanicWake));
-    assert!(Pin::new(&mut waiter)
-        .poll(&mut Context::from_waker(&waker))
-        .is_pending());
+    assert!(
+        Pin::new(&mut waiter)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
     assert_eq!(pool.waiting(), 1);
     tx.send(()).unwrap();
     assert!(within(LIMIT, holder).is_some());
@@ -81,12 +83,16 @@ fn a_panicking_waker_on_close_strands_no_other_waiter() {
     let panicking = Waker::from(Arc::new(PanicWake));
     let flag = Arc::new(FlagWake(AtomicBool::new(false)));
     let flagging = Waker::from(flag.clone());
-    assert!(Pin::new(&mut bad)
-        .poll(&mut Context::from_waker(&panicking))
-        .is_pending());
-    assert!(Pin::new(&mut good)
-        .poll(&mut Context::from_waker(&flagging))
-        .is_pending());
+    assert!(
+        Pin::new(&mut bad)
+            .poll(&mut Context::from_waker(&panicking))
+            .is_pending()
+    );
+    assert!(
+        Pin::new(&mut good)
+            .poll(&mut Context::from_waker(&flagging))
+            .is_pending()
+    );
     assert!(pool.close(), "close must not panic");
     assert!(
         flag.0.load(Ordering::SeqCst),

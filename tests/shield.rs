@@ -6,12 +6,12 @@ mod common;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::{bounded, poll_once, MapRecorder};
+use common::{MapRecorder, bounded, poll_once};
 use futures_lite::future::zip;
+use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, Report, ReportKind};
 use loopguard::shield::Runner;
 use loopguard::shield::{Shield, ShieldError, Shielded};
-use loopguard::Fallible;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

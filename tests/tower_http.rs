@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use common::{bounded, Latch};
+use common::{Latch, bounded};
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -23,7 +23,7 @@ use loopguard::deadline::Deadline;
 use loopguard::keyed::KeyedGate;
 use loopguard::pool::Pool;
 use loopguard::tower::{Admission, AdmissionBody, AdmissionLayer, Keyed, ResponseFuture, Slot};
-use smol::channel::{unbounded, Receiver, Sender};
+use smol::channel::{Receiver, Sender, unbounded};
 use smol_hyper::rt::FuturesIo;
 use tower_layer::Layer;
 use tower_service::Service;

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{Extension, State};
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use loopguard::deadline::Deadline;
 use loopguard::pool::{Pool, RunError};
 use loopguard::tower::{AdmissionLayer, Slot};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loopguard::pool::Pool;
-use loopguard_axum_example::{app, Registry};
+use loopguard_axum_example::{Registry, app};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use smol::Async;
 

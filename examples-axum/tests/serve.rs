@@ -3,14 +3,14 @@
 //! scrape meanwhile is refused by the layer at once with `Retry-After`.
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::{Request, StatusCode};
 use loopguard::pool::Pool;
-use loopguard_axum_example::{app, Registry};
+use loopguard_axum_example::{Registry, app};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use smol::Async;
 use smol_hyper::rt::FuturesIo;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hyper::Uri;
 
-use super::client::{json_line, Client, Config, Spawn};
+use super::client::{Client, Config, Spawn, json_line};
 
 /// The usage line.
 pub const USAGE: &str = "usage: catalog_client [--budget-ms 1000] [--attempt-timeout-ms 400] \

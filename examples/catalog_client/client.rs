@@ -14,7 +14,7 @@ use async_lock::{Semaphore, SemaphoreGuardArc};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::{header, Request, Uri};
+use hyper::{Request, Uri, header};
 use loopguard::deadline::Deadline;
 use loopguard::operation::{Classify, Measured, Operation, Outcome};
 use loopguard::retry::{Backoff, Decide, Decision, Retry, RetryError};
@@ -239,8 +239,10 @@ impl Client {
     pub fn get(
         &self,
         path: &str,
-    ) -> Measured<impl Future<Output = CatalogResult> + Send + 'static, fn(&CatalogResult) -> Outcome>
-    {
+    ) -> Measured<
+        impl Future<Output = CatalogResult> + Send + 'static + use<>,
+        fn(&CatalogResult) -> Outcome,
+    > {
         self.get_within(path, self.inner.budget)
     }
 
@@ -251,8 +253,10 @@ impl Client {
         &self,
         path: &str,
         budget: Duration,
-    ) -> Measured<impl Future<Output = CatalogResult> + Send + 'static, fn(&CatalogResult) -> Outcome>
-    {
+    ) -> Measured<
+        impl Future<Output = CatalogResult> + Send + 'static + use<>,
+        fn(&CatalogResult) -> Outcome,
+    > {
         let deadline = Deadline::after(budget);
         let this = self.clone();
         let path = path.to_string();

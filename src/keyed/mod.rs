@@ -16,15 +16,23 @@
 //! Each key tracks its time-weighted [demand](crate::demand) (holders plus
 //! waiters, over the gate's window).
 //!
-//! # Idle keys cost nothing
+//! # What an idle key costs
 //!
-//! A key's entry is removed once it has no holders and no waiters and its
-//! demand history is entirely older than the window (its average has decayed
-//! to zero). Removal is lazy: when an operation adds a new key, idle entries
-//! are swept, at most once per window; [`KeyedGate::prune`],
-//! [`KeyedGate::demands`] and [`KeyedGate::publish_metrics`] sweep too. The
-//! map therefore holds at most the keys used in about the last two windows,
-//! however many one-off keys pass through.
+//! In the gate, nothing after a while: a key's entry is removed once it has no
+//! holders and no waiters and its demand history is entirely older than the
+//! window (its average has decayed to zero). Removal is lazy: when an
+//! operation adds a new key, idle entries are swept, at most once per window;
+//! [`KeyedGate::prune`], [`KeyedGate::demands`] and
+//! [`KeyedGate::publish_metrics`] sweep too. The map therefore holds at most
+//! the keys used in about the last two windows, however many one-off keys pass
+//! through.
+//!
+//! In the metrics recorder, one series per key ever published: a removed key's
+//! [`KEYED_DEMAND_AVG`] gauge is set to 0, but the recorder keeps the series
+//! (loopguard cannot delete it through the `metrics` facade). Keys are a label,
+//! so keep them to a bounded set (repositories, tenants), not request ids; or
+//! let the recorder expire idle series (`metrics-exporter-prometheus`:
+//! `PrometheusBuilder::idle_timeout`).
 //!
 //! # Metrics
 //!
@@ -39,14 +47,15 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::mem;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::demand::{DemandCore, DEFAULT_WINDOW};
-use crate::sync::wake;
-use crate::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+use crate::demand::{DEFAULT_WINDOW, DemandCore};
+use crate::sync::{contain, wake};
+use crate::telemetry::{
+    self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY,
+};
 
 mod builder;
 mod permit;
@@ -75,22 +84,22 @@ pub use permit::{Acquire, Busy, KeyPermit};
 /// # });
 /// ```
 pub struct KeyedGate<K> {
-    inner: Arc<Inner<K>>,
+    inner: Arc<Keys<K>>,
 }
 
-struct Inner<K> {
+struct Keys<K> {
     name: Arc<str>,
     capacity: usize,
     overrides: HashMap<K, usize>,
     /// An empty demand history with the gate's window; cloned per key.
     proto: DemandCore,
     created: Instant,
-    rejected: AtomicU64,
-    rejected_counter: metrics::Counter,
-    state: Mutex<State<K>>,
+    /// `try_acquire` calls refused, mirrored into [`KEYED_REJECTED_TOTAL`].
+    rejected: Counted,
+    state: Mutex<KeyTable<K>>,
 }
 
-struct State<K> {
+struct KeyTable<K> {
     entries: HashMap<K, Entry>,
     next_id: u64,
     next_sweep: Option<Instant>,
@@ -104,12 +113,12 @@ struct Entry {
     in_use: usize,
     /// The first `granted` waiters have been handed a slot.
     granted: usize,
-    waiters: VecDeque<Waiter>,
+    waiters: VecDeque<KeyWaiter>,
     demand: DemandCore,
     published: f64,
 }
 
-struct Waiter {
+struct KeyWaiter {
     id: u64,
     waker: Waker,
 }
@@ -138,8 +147,8 @@ impl Entry {
     }
 }
 
-impl<K: Hash + Eq> Inner<K> {
-    fn lock(&self) -> MutexGuard<'_, State<K>> {
+impl<K: Hash + Eq> Keys<K> {
+    fn lock(&self) -> MutexGuard<'_, KeyTable<K>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -183,7 +192,7 @@ impl<K: Hash + Eq> Inner<K> {
     }
 }
 
-impl<K: Hash + Eq + Clone> Inner<K> {
+impl<K: Hash + Eq + Clone> Keys<K> {
     fn new_entry(&self, key: &K, now: Instant) -> Entry {
         // A new or re-created key was idle since the gate started (or for a full window).
         let start = now
@@ -200,7 +209,7 @@ impl<K: Hash + Eq + Clone> Inner<K> {
     }
 
     /// Makes sure `key` has an entry, sweeping idle ones first if it is new and a sweep is due.
-    fn ensure_entry<'s>(&self, state: &'s mut State<K>, key: &K, now: Instant) -> &'s mut Entry {
+    fn ensure_entry<'s>(&self, state: &'s mut KeyTable<K>, key: &K, now: Instant) -> &'s mut Entry {
         if !state.entries.contains_key(key) && state.next_sweep.is_some_and(|at| now >= at) {
             self.sweep(state, now);
         }
@@ -210,8 +219,8 @@ impl<K: Hash + Eq + Clone> Inner<K> {
             .or_insert_with(|| self.new_entry(key, now))
     }
 
-    fn sweep(&self, state: &mut State<K>, now: Instant) {
-        let State {
+    fn sweep(&self, state: &mut KeyTable<K>, now: Instant) {
+        let KeyTable {
             entries,
             unpublish,
             next_sweep,
@@ -291,19 +300,20 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         proto: DemandCore,
     ) -> Self {
         let name: Arc<str> = Arc::from(name);
-        let rejected_counter =
-            metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name));
+        let rejected = Counted::new(telemetry::register(
+            || metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name)),
+            metrics::Counter::noop,
+        ));
         let created = Instant::now();
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Keys {
                 name,
                 capacity,
                 overrides,
                 proto,
                 created,
-                rejected: AtomicU64::new(0),
-                rejected_counter,
-                state: Mutex::new(State {
+                rejected,
+                state: Mutex::new(KeyTable {
                     entries: HashMap::new(),
                     next_id: 0,
                     next_sweep: created.checked_add(proto.window()),
@@ -355,8 +365,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         match state.entries.get_mut(&key) {
             Some(entry) if !entry.admits_now() => {
                 drop(state);
-                inner.rejected.fetch_add(1, Ordering::Relaxed);
-                inner.rejected_counter.increment(1);
+                inner.rejected.bump();
                 return Err(Busy { key });
             }
             Some(entry) => {
@@ -515,7 +524,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// assert_eq!(gate.rejected(), 1);
     /// ```
     pub fn rejected(&self) -> u64 {
-        self.inner.rejected.load(Ordering::Relaxed)
+        self.inner.rejected.get()
     }
 
     /// How many keys have an entry (held, waited for, or with recent demand).
@@ -587,13 +596,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                     (key.clone(), entry.published)
                 })
                 .collect();
-            (values, mem::take(&mut state.unpublish))
+            let mut removed = mem::take(&mut state.unpublish);
+            // A key swept and back since the last call is live: its value above stands.
+            removed.retain(|key| !state.entries.contains_key(key));
+            (values, removed)
         };
         let zeros = removed.into_iter().map(|key| (key, 0.0));
         for (key, value) in values.into_iter().chain(zeros) {
-            let gate = Arc::clone(&self.inner.name);
-            metrics::gauge!(KEYED_DEMAND_AVG, LABEL_GATE => gate, LABEL_KEY => key.to_string())
-                .set(value);
+            // `Display` and the recorder are user code: a panic loses this key's update.
+            contain("a key's Display or the metrics recorder", || {
+                let gate = Arc::clone(&self.inner.name);
+                let gauge = metrics::gauge!(
+                    KEYED_DEMAND_AVG,
+                    LABEL_GATE => gate,
+                    LABEL_KEY => key.to_string()
+                );
+                gauge.set(value);
+            });
         }
     }
 }
@@ -612,7 +631,7 @@ impl<K> fmt::Debug for KeyedGate<K> {
             .field("capacity", &self.inner.capacity)
             .field("window", &self.inner.proto.window())
             .field("tracked_keys", &keys)
-            .field("rejected", &self.inner.rejected.load(Ordering::Relaxed))
+            .field("rejected", &self.inner.rejected.get())
             .finish()
     }
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::{KeyedGate, Waiter};
+use super::{KeyWaiter, KeyedGate};
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///
@@ -158,6 +158,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
             panic!("`Acquire` polled after it completed");
         };
         let inner = &*self.gate.inner;
+        // The waker's clone is user code: taken before the lock and before any change, so
+        // a panic in it leaves no phantom demand and no stranded entry.
+        let waker = cx.waker().clone();
         let mut state = inner.lock();
         let now = Instant::now();
         if let AcquireState::Waiting(id) = self.state {
@@ -170,10 +173,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
                     entry.granted -= 1;
                     return true;
                 }
-                let waiter = &mut entry.waiters[index];
-                if !waiter.waker.will_wake(cx.waker()) {
-                    waiter.waker = cx.waker().clone();
-                }
+                entry.waiters[index].waker = waker;
                 return false;
             }
             // Not queued (cannot happen while waiting): start over rather than hang.
@@ -187,10 +187,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
             entry.in_use += 1;
             return true;
         }
-        entry.waiters.push_back(Waiter {
-            id,
-            waker: cx.waker().clone(),
-        });
+        entry.waiters.push_back(KeyWaiter { id, waker });
         self.state = AcquireState::Waiting(id);
         false
     }

@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use async_channel::TrySendError;
 use futures_lite::Stream;
 
-use super::{log_report, Report};
+use super::{Report, log_report};
 
 /// Makes a bounded report channel of `capacity` (at least one).
 pub(super) fn bounded(capacity: usize) -> (Sender, OrphanReceiver) {

@@ -155,8 +155,9 @@ impl Report {
         &self.message
     }
 
-    /// How long the work ran before it failed, or, for a stuck job, how long it had been
-    /// running when it was reported.
+    /// How long the work had run when the report was made: for a failure, its run time
+    /// (on its worker thread, or from a shield runner's first poll) up to the failure; for
+    /// a stuck job, its age. Time spent waiting for a slot is never included.
     ///
     /// # Examples
     ///

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{OrphanHandler, Report, ReportKind};
-use crate::failure::{Classify, Panicked};
+use crate::failure::{Classifier, Panicked};
 use crate::sync::{contain, drop_quietly};
 use crate::telemetry::{self, Counted, ORPHANED_FAILURES_TOTAL};
 
@@ -55,7 +55,7 @@ impl Reporter {
     pub(crate) fn orphaned_outcome<T>(
         &self,
         result: Result<T, Panicked>,
-        classify: Classify<T>,
+        classify: Classifier<T>,
         elapsed: Duration,
     ) {
         let described = describe(&result, classify);
@@ -80,7 +80,7 @@ impl Reporter {
 /// verdict and the error's `Debug` are user code: a panic in them still yields a report.
 fn describe<T>(
     result: &Result<T, Panicked>,
-    classify: Classify<T>,
+    classify: Classifier<T>,
 ) -> Option<(ReportKind, String)> {
     let described = contain("a failure's Debug", || match result {
         Err(panicked) => Some((ReportKind::Panicked, panicked.message().to_string())),

@@ -4,7 +4,7 @@ use std::io;
 use std::time::Duration;
 
 use super::gate::MAX_CAPACITY;
-use crate::demand::{Demand, InvalidWindow, DEFAULT_WINDOW};
+use crate::demand::{DEFAULT_WINDOW, Demand, InvalidWindow};
 use crate::orphan::OrphanHandler;
 
 /// The most worker threads a pool may have.

@@ -28,13 +28,13 @@ use crate::sync::wake;
 
 #[cfg(loopguard_loom)]
 use loom::sync::{
-    atomic::{AtomicU64, AtomicU8, Ordering},
     Arc, Mutex, MutexGuard,
+    atomic::{AtomicU8, AtomicU64, Ordering},
 };
 #[cfg(not(loopguard_loom))]
 use std::sync::{
-    atomic::{AtomicU64, AtomicU8, Ordering},
     Arc, Mutex, MutexGuard,
+    atomic::{AtomicU8, AtomicU64, Ordering},
 };
 
 /// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
@@ -252,21 +252,18 @@ impl Gate {
     /// Withdraws a waiter that gives up. Returns `true` if it had been granted a slot
     /// meanwhile: the caller then owns that slot and must [`release`](Gate::release) it.
     pub(crate) fn cancel(&self, waiter: &Arc<Waiter>) -> bool {
-        let granted = {
-            let mut queue = lock(&self.queue);
-            match waiter.state() {
-                WaitState::Granted => true,
-                WaitState::Closed => false,
-                WaitState::Waiting => {
-                    if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, waiter)) {
-                        queue.remove(at);
-                        self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
-                    }
-                    false
+        let mut queue = lock(&self.queue);
+        match waiter.state() {
+            WaitState::Granted => true,
+            WaitState::Closed => false,
+            WaitState::Waiting => {
+                if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+                    queue.remove(at);
+                    self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
                 }
+                false
             }
-        };
-        granted
+        }
     }
 
     /// Closes the gate: nothing is admitted any more and every queued waiter is told.
@@ -278,14 +275,13 @@ impl Gate {
             if prev & CLOSED != 0 {
                 return false;
             }
-            let wakers = queue
+            queue
                 .drain(..)
                 .filter_map(|waiter| {
                     self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
                     waiter.set(CLOSED_OUT)
                 })
-                .collect();
-            wakers
+                .collect()
         };
         for waker in wakers {
             wake(waker);

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::core::Core;
 use super::workers::Task;
-use crate::failure::{self, Classify, Fallible, Panicked};
+use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::{drop_quietly, lock, panic_message};
 use crate::telemetry::JobOutcome;
@@ -63,7 +63,7 @@ pub trait IntoJob<T>: sealed::Sealed + Send + 'static {
     fn run_job(self) -> T;
 
     #[doc(hidden)]
-    fn classify() -> Classify<T>;
+    fn classify() -> Classifier<T>;
 }
 
 impl<F, T> sealed::Sealed for F
@@ -82,7 +82,7 @@ where
         self()
     }
 
-    fn classify() -> Classify<T> {
+    fn classify() -> Classifier<T> {
         failure::never::<T>
     }
 }
@@ -99,7 +99,7 @@ where
         (self.0)()
     }
 
-    fn classify() -> Classify<Result<T, E>> {
+    fn classify() -> Classifier<Result<T, E>> {
         failure::when_err::<T, E>
     }
 }
@@ -250,7 +250,7 @@ impl<T> Job<T> {
 
     /// Reports an outcome taken with [`poll_outcome`](Job::poll_outcome) and then refused.
     pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        self.cell.handoff().report(result, elapsed);
+        self.cell.handoff().report_refused(result, elapsed);
     }
 }
 

@@ -32,7 +32,7 @@ use self::gate::Refused;
 use crate::deadline::Deadline;
 use crate::telemetry::JobOutcome;
 
-pub use self::builder::{PoolBuilder, MAX_WORKERS};
+pub use self::builder::{MAX_WORKERS, PoolBuilder};
 pub use self::error::{RunError, Saturated, TryRunError};
 pub use self::job::{IntoJob, Job};
 pub use self::run::Run;

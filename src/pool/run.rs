@@ -17,7 +17,7 @@ use super::job::{self, IntoJob, Job};
 use super::wait::{Ended, SlotWait, Started};
 use crate::deadline::{Deadline, Expired};
 
-enum Stage<W, T> {
+enum Phase<W, T> {
     /// Not polled yet: no slot asked for.
     Start(W),
     /// Queued behind other waiters (and counted as demand).
@@ -51,7 +51,7 @@ enum Stage<W, T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct Run<W, T> {
     core: Arc<Core>,
-    stage: Stage<W, T>,
+    phase: Phase<W, T>,
     wait: SlotWait,
     created: Instant,
     deadline: Deadline,
@@ -65,7 +65,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     pub(crate) fn new(core: Arc<Core>, work: W, deadline: Deadline) -> Run<W, T> {
         Run {
             core,
-            stage: Stage::Start(work),
+            phase: Phase::Start(work),
             wait: SlotWait::new(),
             created: Instant::now(),
             deadline,
@@ -73,13 +73,13 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
         }
     }
 
-    /// Ends the operation at expiry, whatever its stage: nothing new starts, a waiter
+    /// Ends the operation at expiry, whatever its phase: nothing new starts, a waiter
     /// leaves the queue (handing back a slot granted meanwhile), a running job is orphaned.
     fn expire(&mut self) -> RunError {
-        match std::mem::replace(&mut self.stage, Stage::Done) {
-            Stage::Queued(_) => self.core.abandon_wait(&mut self.wait),
-            Stage::Running(job) => drop(job),
-            Stage::Start(_) | Stage::Done => {}
+        match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Queued(_) => self.core.abandon_wait(&mut self.wait),
+            Phase::Running(job) => drop(job),
+            Phase::Start(_) | Phase::Done => {}
         }
         RunError::Expired(Expired)
     }
@@ -94,30 +94,30 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     }
 
     /// Advances the state machine as far as it goes without waiting. User code (the
-    /// waker's clone) only runs with the stage in place, so a panic there leaves a queued
+    /// waker's clone) only runs with the phase in place, so a panic there leaves a queued
     /// caller queued, for `Drop` to withdraw.
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RunError>> {
         loop {
-            match &mut self.stage {
-                Stage::Start(_) => match self.wait.start(&self.core.gate) {
+            match &mut self.phase {
+                Phase::Start(_) => match self.wait.start(&self.core.gate) {
                     Started::Acquired => self.admit(false),
                     Started::Queued => {
                         self.core.queued();
-                        self.stage = match std::mem::replace(&mut self.stage, Stage::Done) {
-                            Stage::Start(work) => Stage::Queued(work),
+                        self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                            Phase::Start(work) => Phase::Queued(work),
                             _ => unreachable!("matched `Start`"),
                         };
                     }
                     Started::Closed => {
-                        self.stage = Stage::Done;
+                        self.phase = Phase::Done;
                         return Poll::Ready(Err(RunError::Closed));
                     }
                 },
-                Stage::Queued(_) => match self.wait.poll(&self.core.gate, cx.waker()) {
+                Phase::Queued(_) => match self.wait.poll(&self.core.gate, cx.waker()) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ended::Granted) => self.admit(true),
                     Poll::Ready(ended) => {
-                        self.stage = Stage::Done;
+                        self.phase = Phase::Done;
                         if ended == Ended::ClosedHolding {
                             self.core.release_slot();
                         } else {
@@ -126,11 +126,11 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                         return Poll::Ready(Err(RunError::Closed));
                     }
                 },
-                Stage::Running(job) => {
+                Phase::Running(job) => {
                     let Poll::Ready((result, elapsed)) = job.poll_outcome(cx) else {
                         return Poll::Pending;
                     };
-                    let Stage::Running(job) = std::mem::replace(&mut self.stage, Stage::Done)
+                    let Phase::Running(job) = std::mem::replace(&mut self.phase, Phase::Done)
                     else {
                         unreachable!("matched `Running`")
                     };
@@ -142,33 +142,33 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                     }
                     return Poll::Ready(result.map_err(RunError::from));
                 }
-                Stage::Done => unreachable!("checked by poll"),
+                Phase::Done => unreachable!("checked by poll"),
             }
         }
     }
 
     /// The caller holds a slot: hand the work to a worker.
     fn admit(&mut self, queued: bool) {
-        let work = match std::mem::replace(&mut self.stage, Stage::Done) {
-            Stage::Start(work) | Stage::Queued(work) => work,
+        let work = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Start(work) | Phase::Queued(work) => work,
             _ => unreachable!("admitted twice"),
         };
         let job = job::admit(&self.core, work, self.created.elapsed(), queued);
-        self.stage = Stage::Running(job);
+        self.phase = Phase::Running(job);
     }
 }
 
 impl<W, T> fmt::Debug for Run<W, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stage = match &self.stage {
-            Stage::Start(_) => "start",
-            Stage::Queued(_) => "queued",
-            Stage::Running(_) => "running",
-            Stage::Done => "done",
+        let phase = match &self.phase {
+            Phase::Start(_) => "start",
+            Phase::Queued(_) => "queued",
+            Phase::Running(_) => "running",
+            Phase::Done => "done",
         };
         f.debug_struct("Run")
             .field("pool", &&*self.core.name)
-            .field("stage", &stage)
+            .field("phase", &phase)
             .field("deadline", &self.deadline)
             .finish()
     }
@@ -180,7 +180,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for Run<W, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         loop {
-            if matches!(this.stage, Stage::Done) {
+            if matches!(this.phase, Phase::Done) {
                 panic!("`Run` polled after completion");
             }
             if this.deadline.is_expired() {
@@ -197,7 +197,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for Run<W, T> {
 
 impl<W, T> Drop for Run<W, T> {
     fn drop(&mut self) {
-        if let Stage::Queued(_) = self.stage {
+        if let Phase::Queued(_) = self.phase {
             self.core.abandon_wait(&mut self.wait);
         }
         // A running job is orphaned by dropping its `Job`.

@@ -6,9 +6,9 @@ use std::time::Duration;
 use ::metrics::{Counter, Gauge, Histogram};
 
 use crate::telemetry::{
-    self, Counted, JobOutcome, JOB_OUTCOMES, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE,
-    POOL_JOBS_TOTAL, POOL_JOB_SECONDS, POOL_OLDEST_JOB_SECONDS, POOL_REJECTED_TOTAL,
-    POOL_STUCK_JOBS_TOTAL, POOL_WAITING, POOL_WAIT_SECONDS,
+    self, Counted, JOB_OUTCOMES, JobOutcome, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE,
+    POOL_JOB_SECONDS, POOL_JOBS_TOTAL, POOL_OLDEST_JOB_SECONDS, POOL_REJECTED_TOTAL,
+    POOL_STUCK_JOBS_TOTAL, POOL_WAIT_SECONDS, POOL_WAITING,
 };
 
 /// A snapshot of a pool's counters, from [`Pool::stats`](super::Pool::stats).

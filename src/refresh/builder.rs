@@ -1,17 +1,16 @@
 //! `RefreshBuilder`: a cache's name, TTLs and where its collections run.
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::flight::Counters;
-use super::{assemble, BoxFuture, CollectionRunner, Refresh, Source};
+use super::{BoxFuture, CollectionRunner, Refresh, Source, assemble};
 use crate::pool::Pool;
 use crate::shield::Shield;
 use crate::telemetry::{
-    LABEL_CACHE, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL, REFRESH_JOINS_TOTAL,
-    REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
+    self, Counted, LABEL_CACHE, LABEL_OUTCOME, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL,
+    REFRESH_JOINS_TOTAL, REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
 };
 
 /// The default TTL of a [`Refresh`] cache.
@@ -137,18 +136,22 @@ impl RefreshBuilder {
 /// Registers the cache's counters, each with a zero.
 pub(super) fn register(name: &str) -> Counters {
     let counter = |metric: &'static str| {
-        let c = ::metrics::counter!(metric, LABEL_CACHE => name.to_string());
-        c.increment(0);
-        (AtomicU64::new(0), c)
+        Counted::new(telemetry::register(
+            || ::metrics::counter!(metric, LABEL_CACHE => name.to_string()),
+            ::metrics::Counter::noop,
+        ))
     };
     let run = |outcome: &'static str| {
-        let c = ::metrics::counter!(
-            REFRESH_RUNS_TOTAL,
-            LABEL_CACHE => name.to_string(),
-            "outcome" => outcome
-        );
-        c.increment(0);
-        (AtomicU64::new(0), c)
+        Counted::new(telemetry::register(
+            || {
+                ::metrics::counter!(
+                    REFRESH_RUNS_TOTAL,
+                    LABEL_CACHE => name.to_string(),
+                    LABEL_OUTCOME => outcome
+                )
+            },
+            ::metrics::Counter::noop,
+        ))
     };
     Counters {
         runs: REFRESH_OUTCOMES.map(run),

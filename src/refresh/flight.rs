@@ -9,8 +9,7 @@
 //! a new collection within its own deadline.
 
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,20 +19,17 @@ use futures_lite::FutureExt;
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
 use crate::sync::{lock, panic_message};
+use crate::telemetry::{Counted, RunOutcome};
 
-/// The counters of one cache: the atomics behind [`RefreshStats`](super::RefreshStats)
-/// and the metric handles registered when the cache was built.
+/// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
+/// into the metric registered when the cache was built.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    pub(crate) runs: [(AtomicU64, ::metrics::Counter); 2],
-    pub(crate) hits: (AtomicU64, ::metrics::Counter),
-    pub(crate) joins: (AtomicU64, ::metrics::Counter),
-    pub(crate) expired: (AtomicU64, ::metrics::Counter),
-}
-
-pub(crate) fn bump(counter: &(AtomicU64, ::metrics::Counter)) {
-    counter.0.fetch_add(1, Ordering::Relaxed);
-    counter.1.increment(1);
+    /// Finished collections, indexed by [`RunOutcome`].
+    pub(crate) runs: [Counted; 2],
+    pub(crate) hits: Counted,
+    pub(crate) joins: Counted,
+    pub(crate) expired: Counted,
 }
 
 /// A failed collection, as served to callers.
@@ -54,12 +50,12 @@ impl<E> From<Failure<E>> for RefreshError<E> {
 
 /// One finished collection: its generation, when it started, what it produced.
 pub(crate) struct Done<V> {
-    pub(crate) gen: u64,
+    pub(crate) generation: u64,
     pub(crate) started: Instant,
     pub(crate) value: V,
 }
 
-pub(crate) struct State<T, E> {
+pub(crate) struct CacheState<T, E> {
     /// The last successful collection.
     pub(crate) success: Option<Done<T>>,
     /// The last failed collection.
@@ -70,11 +66,11 @@ pub(crate) struct State<T, E> {
 }
 
 /// What the latest finished collection left in the cache.
-pub(crate) type Outcome<T, E> = Result<(T, Instant), Failure<E>>;
+pub(crate) type Cached<T, E> = Result<(T, Instant), Failure<E>>;
 
-impl<T: Clone, E: Clone> State<T, E> {
-    pub(crate) fn new() -> State<T, E> {
-        State {
+impl<T: Clone, E: Clone> CacheState<T, E> {
+    pub(crate) fn new() -> CacheState<T, E> {
+        CacheState {
             success: None,
             failure: None,
             in_flight: None,
@@ -83,14 +79,16 @@ impl<T: Clone, E: Clone> State<T, E> {
     }
 
     /// The outcome of the newest finished collection if it is generation `gen` or newer.
-    pub(crate) fn outcome_since(&self, gen: u64) -> Option<Outcome<T, E>> {
-        let success_gen = self.success.as_ref().map_or(0, |d| d.gen);
-        let failure_gen = self.failure.as_ref().map_or(0, |d| d.gen);
+    pub(crate) fn outcome_since(&self, generation: u64) -> Option<Cached<T, E>> {
+        let success_gen = self.success.as_ref().map_or(0, |d| d.generation);
+        let failure_gen = self.failure.as_ref().map_or(0, |d| d.generation);
         match (&self.success, &self.failure) {
-            (Some(s), _) if s.gen >= gen && success_gen > failure_gen => {
+            (Some(s), _) if s.generation >= generation && success_gen > failure_gen => {
                 Some(Ok((s.value.clone(), s.started)))
             }
-            (_, Some(f)) if f.gen >= gen && failure_gen > success_gen => Some(Err(f.value.clone())),
+            (_, Some(f)) if f.generation >= generation && failure_gen > success_gen => {
+                Some(Err(f.value.clone()))
+            }
             _ => None,
         }
     }
@@ -103,7 +101,7 @@ impl<T: Clone, E: Clone> State<T, E> {
         now: Instant,
         ttl: Duration,
         failure_ttl: Duration,
-    ) -> Option<Outcome<T, E>> {
+    ) -> Option<Cached<T, E>> {
         let fresh = |started: Instant, ttl: Duration| now.saturating_duration_since(started) < ttl;
         let outcome = self.outcome_since(1)?;
         match &outcome {
@@ -118,8 +116,8 @@ impl<T: Clone, E: Clone> State<T, E> {
 }
 
 /// The shared part of a cache the flight needs.
-pub(crate) struct Core<T, E> {
-    pub(crate) state: Mutex<State<T, E>>,
+pub(crate) struct CacheCore<T, E> {
+    pub(crate) state: Mutex<CacheState<T, E>>,
     pub(crate) event: Event,
     pub(crate) counters: Counters,
 }
@@ -127,8 +125,8 @@ pub(crate) struct Core<T, E> {
 /// Carried by a running collection; stores its outcome, or, if dropped without one, gives
 /// the flight up so that a waiter can start another.
 pub(crate) struct Flight<T, E> {
-    pub(crate) core: Arc<Core<T, E>>,
-    pub(crate) gen: u64,
+    pub(crate) core: Arc<CacheCore<T, E>>,
+    pub(crate) generation: u64,
 }
 
 impl<T, E> Flight<T, E> {
@@ -136,29 +134,36 @@ impl<T, E> Flight<T, E> {
         let ok = result.is_ok();
         {
             let mut state = lock(&self.core.state);
-            if state.in_flight == Some(self.gen) {
+            if state.in_flight == Some(self.generation) {
                 state.in_flight = None;
             }
-            let gen = self.gen;
+            let generation = self.generation;
             match result {
                 Ok(value) => {
                     state.success = Some(Done {
-                        gen,
+                        generation,
                         started,
                         value,
                     })
                 }
                 Err(value) => {
                     state.failure = Some(Done {
-                        gen,
+                        generation,
                         started,
                         value,
                     })
                 }
             }
         }
-        bump(&self.core.counters.runs[usize::from(!ok)]);
+        let run = &self.core.counters.runs[if ok {
+            RunOutcome::Ok
+        } else {
+            RunOutcome::Error
+        } as usize];
+        run.count();
         self.core.event.notify(usize::MAX);
+        // The recorder is user code: it hears of the run once the waiters are woken.
+        run.emit();
         // Dropped here: the flight is no longer marked, so `Drop` gives nothing up.
     }
 }
@@ -167,7 +172,7 @@ impl<T, E> Drop for Flight<T, E> {
     fn drop(&mut self) {
         let gave_up = {
             let mut state = lock(&self.core.state);
-            let mine = state.in_flight == Some(self.gen);
+            let mine = state.in_flight == Some(self.generation);
             if mine {
                 state.in_flight = None;
             }

@@ -51,7 +51,6 @@ mod flight;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -59,10 +58,11 @@ use crate::deadline::Deadline;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
 use crate::sync::lock;
+use crate::telemetry::RunOutcome;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{bump, run_async, run_blocking, Core, Flight};
+use self::flight::{CacheCore, Flight, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -82,7 +82,7 @@ enum Source<T, E> {
 
 /// What one look at the state decided.
 enum Step<T, E> {
-    Hit(flight::Outcome<T, E>),
+    Hit(flight::Cached<T, E>),
     Join(u64, event_listener::EventListener),
     Start(u64),
 }
@@ -116,14 +116,14 @@ enum Step<T, E> {
 /// # }).unwrap();
 /// ```
 pub struct Refresh<T, E> {
-    inner: Arc<Inner<T, E>>,
+    inner: Arc<Cache<T, E>>,
 }
 
-struct Inner<T, E> {
+struct Cache<T, E> {
     name: Arc<str>,
     ttl: Duration,
     failure_ttl: Duration,
-    core: Arc<Core<T, E>>,
+    core: Arc<CacheCore<T, E>>,
     source: Source<T, E>,
 }
 
@@ -305,34 +305,34 @@ where
                     Some(outcome) if !force => Step::Hit(outcome),
                     _ => match state.in_flight {
                         // Listening under the lock: the outcome cannot slip in unnoticed.
-                        Some(gen) => Step::Join(gen, core.event.listen()),
+                        Some(generation) => Step::Join(generation, core.event.listen()),
                         None => {
-                            let gen = state.next_gen;
+                            let generation = state.next_gen;
                             state.next_gen += 1;
-                            state.in_flight = Some(gen);
-                            Step::Start(gen)
+                            state.in_flight = Some(generation);
+                            Step::Start(generation)
                         }
                     },
                 }
             };
-            let (gen, listener) = match step {
+            let (generation, listener) = match step {
                 Step::Hit(outcome) => {
-                    bump(&core.counters.hits);
+                    core.counters.hits.bump();
                     return outcome.map_err(RefreshError::from);
                 }
-                Step::Start(gen) => return self.start(gen, deadline).await,
-                Step::Join(gen, listener) => {
+                Step::Start(generation) => return self.start(generation, deadline).await,
+                Step::Join(generation, listener) => {
                     if !joined {
                         joined = true;
-                        bump(&core.counters.joins);
+                        core.counters.joins.bump();
                     }
-                    (gen, listener)
+                    (generation, listener)
                 }
             };
             if deadline.run(listener).await.is_err() {
                 return Err(self.expired());
             }
-            if let Some(outcome) = lock(&core.state).outcome_since(gen) {
+            if let Some(outcome) = lock(&core.state).outcome_since(generation) {
                 return outcome.map_err(RefreshError::from);
             }
             // The flight was given up without an outcome: look again, maybe start one.
@@ -340,25 +340,30 @@ where
     }
 
     /// Starts collection `gen` (already marked in flight) and waits for it within `deadline`.
-    async fn start(&self, gen: u64, deadline: Deadline) -> Result<(T, Instant), RefreshError<E>> {
+    async fn start(
+        &self,
+        generation: u64,
+        deadline: Deadline,
+    ) -> Result<(T, Instant), RefreshError<E>> {
         let flight = Flight {
             core: self.inner.core.clone(),
-            gen,
+            generation,
         };
-        let submitted = Instant::now();
         match &self.inner.source {
             Source::Pool(pool, collect) => {
                 let collect = collect.clone();
                 let job = move || run_blocking(flight, &*collect);
                 // Dropping `Run` before admission drops `job` and so gives the flight up;
-                // after admission it orphans the job, which still stores its outcome.
+                // after admission it orphans the job, which still stores its outcome. A
+                // panic handed to the starter reaches it even past its deadline (see
+                // `Within`'s late failures), so it is reported here or by the pool, once.
                 match deadline.run(pool.run(job)).await {
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(RunError::Panicked(panicked))) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
-                        pool.report_panic(panicked, submitted.elapsed());
+                        pool.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
@@ -372,21 +377,30 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
-                        shield.report_panic(panicked, submitted.elapsed());
+                        shield.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
                 }
             }
         }
         // The collection stored its outcome before its job or runner finished.
-        match lock(&self.inner.core.state).outcome_since(gen) {
+        match lock(&self.inner.core.state).outcome_since(generation) {
             Some(outcome) => outcome.map_err(RefreshError::from),
             None => Err(RefreshError::Closed),
         }
     }
 
+    /// How long collection `generation` ran, from its start to now (it has just finished).
+    fn ran_for(&self, generation: u64) -> Duration {
+        let state = lock(&self.inner.core.state);
+        match &state.failure {
+            Some(done) if done.generation == generation => done.started.elapsed(),
+            _ => Duration::ZERO,
+        }
+    }
+
     fn expired(&self) -> RefreshError<E> {
-        bump(&self.inner.core.counters.expired);
+        self.inner.core.counters.expired.bump();
         RefreshError::Expired
     }
 }
@@ -409,8 +423,8 @@ impl<T, E> Refresh<T, E> {
     /// See [`Refresh::peek_at`].
     pub fn last_started(&self) -> Option<Instant> {
         let state = lock(&self.inner.core.state);
-        let s = state.success.as_ref().map(|d| (d.gen, d.started));
-        let f = state.failure.as_ref().map(|d| (d.gen, d.started));
+        let s = state.success.as_ref().map(|d| (d.generation, d.started));
+        let f = state.failure.as_ref().map(|d| (d.generation, d.started));
         s.max(f).map(|(_, started)| started)
     }
 
@@ -421,13 +435,12 @@ impl<T, E> Refresh<T, E> {
     /// See [`RefreshStats`].
     pub fn stats(&self) -> RefreshStats {
         let c = &self.inner.core.counters;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         RefreshStats {
-            runs_ok: load(&c.runs[0].0),
-            runs_error: load(&c.runs[1].0),
-            hits: load(&c.hits.0),
-            joins: load(&c.joins.0),
-            expired_waits: load(&c.expired.0),
+            runs_ok: c.runs[RunOutcome::Ok as usize].get(),
+            runs_error: c.runs[RunOutcome::Error as usize].get(),
+            hits: c.hits.get(),
+            joins: c.joins.get(),
+            expired_waits: c.expired.get(),
             in_flight: lock(&self.inner.core.state).in_flight.is_some(),
         }
     }
@@ -436,13 +449,13 @@ impl<T, E> Refresh<T, E> {
 /// Builds the cache from a finished builder.
 fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
-    let core = Arc::new(Core {
-        state: std::sync::Mutex::new(flight::State::new()),
+    let core = Arc::new(CacheCore {
+        state: std::sync::Mutex::new(flight::CacheState::new()),
         event: event_listener::Event::new(),
         counters: builder::register(&name),
     });
     Refresh {
-        inner: Arc::new(Inner {
+        inner: Arc::new(Cache {
             name,
             ttl,
             failure_ttl,

@@ -552,11 +552,15 @@ where
                 let n = *this.started;
                 let mut hint = None;
                 let failure = match result {
-                    // `Within` only returns an output that came before the attempt's
-                    // deadline, which is never after the overall one.
+                    // `Within` returns a late output only when a loopguard hand-off gave it
+                    // a failure in that poll; a success made of it is still too late.
+                    Ok(Ok(_)) if deadline.is_expired() => {
+                        let last = this.last.take();
+                        break Err(RetryError::Deadline { attempts: n, last });
+                    }
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
-                        break Err(RetryError::NotRetryable { attempts: n, error })
+                        break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => {
                         hint = this.policy.retry_if.retry_after(&error);

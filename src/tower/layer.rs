@@ -14,14 +14,14 @@ use crate::keyed::KeyedGate;
 
 /// What the layer does besides admitting.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Config {
+pub(crate) struct AdmissionConfig {
     /// Wait in line within the request's deadline instead of refusing at once.
     pub(crate) wait: bool,
     /// `(default, offset)` for [`header::request_deadline`], or none.
     pub(crate) deadline: Option<(Duration, Duration)>,
 }
 
-impl Config {
+impl AdmissionConfig {
     /// The request's deadline: from its headers if configured, cut by a [`Deadline`]
     /// already in its extensions (put there by an outer layer); `None` if neither.
     pub(crate) fn deadline(&self, parts: &Parts) -> Option<Deadline> {
@@ -69,7 +69,7 @@ impl Config {
 #[derive(Clone)]
 pub struct AdmissionLayer<M = Slots> {
     pub(crate) mode: M,
-    pub(crate) config: Config,
+    pub(crate) config: AdmissionConfig,
 }
 
 impl AdmissionLayer<Slots> {
@@ -174,7 +174,7 @@ impl<M: Mode> AdmissionLayer<M> {
     fn with_mode(mode: M) -> AdmissionLayer<M> {
         AdmissionLayer {
             mode,
-            config: Config {
+            config: AdmissionConfig {
                 wait: false,
                 deadline: None,
             },

@@ -10,8 +10,8 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -41,7 +41,7 @@ pub mod sealed {
         /// Starts waiting in line with `ticket` (nothing happens until it is polled).
         fn wait(&self, ticket: Self::Ticket) -> Self::Wait;
         /// The mode's counters.
-        fn stats(&self) -> &Arc<Stats>;
+        fn stats(&self) -> &Arc<AdmissionStats>;
     }
 }
 
@@ -75,13 +75,13 @@ where
 /// (the `Retry-After` hint).
 #[derive(Debug, Default)]
 #[allow(unreachable_pub)]
-pub struct Stats {
+pub struct AdmissionStats {
     rejected: AtomicU64,
     /// Moving average of hold times in nanoseconds (weight 1/8); 0 until one ended.
     avg_hold_nanos: AtomicU64,
 }
 
-impl Stats {
+impl AdmissionStats {
     pub(crate) fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
     }
@@ -115,7 +115,7 @@ impl Stats {
 /// An admitted request's slot, shared by its response body and every [`Slot`] clone:
 /// released when the last of them goes.
 struct Grant<P> {
-    stats: Arc<Stats>,
+    stats: Arc<AdmissionStats>,
     admitted: Instant,
     // Dropped after `Drop::drop` ran: the hold is recorded before the slot is given back.
     _permit: P,
@@ -149,7 +149,7 @@ pub struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn grant<P: Send + Sync + 'static>(stats: &Arc<Stats>, permit: P) -> Slot {
+    pub(crate) fn grant<P: Send + Sync + 'static>(stats: &Arc<AdmissionStats>, permit: P) -> Slot {
         Slot {
             _grant: Arc::new(Grant {
                 stats: Arc::clone(stats),
@@ -182,7 +182,7 @@ pub struct Slots {
 
 struct SlotsShared {
     gate: Gate,
-    stats: Arc<Stats>,
+    stats: Arc<AdmissionStats>,
     /// Notified when the last slot is released.
     idle: Event,
 }
@@ -318,7 +318,7 @@ impl Admit for Slots {
         }
     }
 
-    fn stats(&self) -> &Arc<Stats> {
+    fn stats(&self) -> &Arc<AdmissionStats> {
         &self.shared.stats
     }
 }
@@ -341,7 +341,7 @@ impl Admit for Slots {
 pub struct Keyed<K, F> {
     gate: KeyedGate<K>,
     key: F,
-    stats: Arc<Stats>,
+    stats: Arc<AdmissionStats>,
 }
 
 impl<K, F: Clone> Clone for Keyed<K, F> {
@@ -407,7 +407,7 @@ where
         KeyedWait(self.gate.acquire(key))
     }
 
-    fn stats(&self) -> &Arc<Stats> {
+    fn stats(&self) -> &Arc<AdmissionStats> {
         &self.stats
     }
 }

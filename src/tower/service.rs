@@ -12,8 +12,8 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::AdmissionBody;
-use super::layer::Config;
-use super::mode::{Mode, Slot, Slots, Stats};
+use super::layer::AdmissionConfig;
+use super::mode::{AdmissionStats, Mode, Slot, Slots};
 use super::refuse::refusal;
 use crate::deadline::{Deadline, Within};
 
@@ -68,11 +68,11 @@ use crate::deadline::{Deadline, Within};
 pub struct Admission<S, M = Slots> {
     inner: S,
     mode: M,
-    config: Config,
+    config: AdmissionConfig,
 }
 
 impl<S, M> Admission<S, M> {
-    pub(crate) fn new(inner: S, mode: M, config: Config) -> Admission<S, M> {
+    pub(crate) fn new(inner: S, mode: M, config: AdmissionConfig) -> Admission<S, M> {
         Admission {
             inner,
             mode,
@@ -134,7 +134,7 @@ where
                 let slot = Slot::grant(self.mode.stats(), permit);
                 let deadline = self.config.deadline(&parts);
                 let request = admitted(parts, body, &slot, deadline);
-                State::Running {
+                ResponseState::Running {
                     future: self.inner.call(request),
                     slot: Some(slot),
                 }
@@ -145,8 +145,8 @@ where
                 deadline => {
                     // The ready service goes with the request; a clone stays behind.
                     let clone = self.inner.clone();
-                    State::Waiting {
-                        line: Box::new(Line {
+                    ResponseState::Waiting {
+                        line: Box::new(WaitingRequest {
                             wait: (deadline.unwrap_or(Deadline::never()))
                                 .run(self.mode.wait(ticket)),
                             service: Some(std::mem::replace(&mut self.inner, clone)),
@@ -165,36 +165,36 @@ where
 }
 
 impl<S, M: Mode> Admission<S, M> {
-    fn refuse<ReqB>(&self) -> State<S, ReqB, M>
+    fn refuse<ReqB>(&self) -> ResponseState<S, ReqB, M>
     where
         S: Service<Request<ReqB>>,
     {
         let stats = self.mode.stats();
         stats.reject();
-        State::Refused {
+        ResponseState::Refused {
             retry_after: stats.retry_after(),
         }
     }
 }
 
 /// A request waiting in line (boxed: the other states stay small).
-struct Line<S, ReqB, M: Mode> {
+struct WaitingRequest<S, ReqB, M: Mode> {
     wait: Within<M::Wait>,
     service: Option<S>,
     request: Option<(Parts, ReqB)>,
     deadline: Option<Deadline>,
-    stats: Arc<Stats>,
+    stats: Arc<AdmissionStats>,
 }
 
 pin_project_lite::pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, M>
+    #[project = ResponseStateProj]
+    enum ResponseState<S, ReqB, M>
     where
         S: Service<Request<ReqB>>,
         M: Mode,
     {
         Waiting {
-            line: Box<Line<S, ReqB, M>>,
+            line: Box<WaitingRequest<S, ReqB, M>>,
         },
         Running {
             #[pin]
@@ -232,7 +232,7 @@ pin_project_lite::pin_project! {
         M: Mode,
     {
         #[pin]
-        state: State<S, ReqB, M>,
+        state: ResponseState<S, ReqB, M>,
     }
 }
 
@@ -247,7 +247,7 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Waiting { line } => {
+                ResponseStateProj::Waiting { line } => {
                     // A permit that arrives at or after the deadline is dropped (passed
                     // on) by `Within`.
                     let granted = std::task::ready!(Pin::new(&mut line.wait).poll(cx));
@@ -256,21 +256,21 @@ where
                     else {
                         line.stats.reject();
                         let retry_after = line.stats.retry_after();
-                        state.set(State::Refused { retry_after });
+                        state.set(ResponseState::Refused { retry_after });
                         continue;
                     };
                     let slot = Slot::grant(&line.stats, permit);
                     let request = admitted(parts, body, &slot, line.deadline);
                     let future = service.call(request);
-                    state.set(State::Running {
+                    state.set(ResponseState::Running {
                         future,
                         slot: Some(slot),
                     });
                 }
-                StateProj::Running { future, slot } => {
+                ResponseStateProj::Running { future, slot } => {
                     let result = std::task::ready!(future.poll(cx));
                     let slot = slot.take();
-                    state.set(State::Done);
+                    state.set(ResponseState::Done);
                     // An error frees the slot here; a response hands it to its body.
                     return Poll::Ready(result.map(|response| {
                         let (parts, body) = response.into_parts();
@@ -281,12 +281,12 @@ where
                         Response::from_parts(parts, body)
                     }));
                 }
-                StateProj::Refused { retry_after } => {
+                ResponseStateProj::Refused { retry_after } => {
                     let retry_after = *retry_after;
-                    state.set(State::Done);
+                    state.set(ResponseState::Done);
                     return Poll::Ready(Ok(refusal(retry_after)));
                 }
-                StateProj::Done => panic!("`ResponseFuture` polled after completion"),
+                ResponseStateProj::Done => panic!("`ResponseFuture` polled after completion"),
             }
         }
     }
@@ -299,10 +299,10 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Waiting { .. } => "waiting",
-            State::Running { .. } => "running",
-            State::Refused { .. } => "refused",
-            State::Done => "done",
+            ResponseState::Waiting { .. } => "waiting",
+            ResponseState::Running { .. } => "running",
+            ResponseState::Refused { .. } => "refused",
+            ResponseState::Done => "done",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -1,0 +1,40 @@
+//! The one rule for late outputs: a failure handed to a caller is never dropped on the
+//! way out, whichever way the caller composed its waits.
+//!
+//! A deadline refuses a result that completes after it ([`Within`](crate::deadline::Within),
+//! [`Run`](crate::pool::Run)). For a success that is right. For a failure (a panic, an `Err`
+//! of [`Fallible`](crate::Fallible) work) it would break exactly-once: the failure was taken
+//! from its hand-off, so nobody else will report it. So each hand-off counts, on the polling
+//! thread, every failure it hands out; a deadline that sees the count move during its own
+//! inner poll returns the output instead of refusing it, and a future that refuses a failure
+//! itself (and reports it) takes it back off the count.
+//!
+//! The count is thread-local and only ever compared before and after one poll on that
+//! thread, so nested deadlines, joins and other tasks polled on the same thread in between
+//! do not disturb it.
+
+use std::cell::Cell;
+
+thread_local! {
+    static HANDED_OUT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The count now; compare with a later [`handed_out_since`].
+pub(crate) fn mark() -> u64 {
+    HANDED_OUT.with(Cell::get)
+}
+
+/// Whether failures were handed out (and not taken back) since `mark`.
+pub(crate) fn handed_out_since(mark: u64) -> bool {
+    HANDED_OUT.with(Cell::get) != mark
+}
+
+/// A hand-off gave a failure to whoever polls it.
+pub(crate) fn handed_out() {
+    HANDED_OUT.with(|count| count.set(count.get().wrapping_add(1)));
+}
+
+/// A failure handed out during this poll was refused by its receiver, which reports it.
+pub(crate) fn taken_back() {
+    HANDED_OUT.with(|count| count.set(count.get().wrapping_sub(1)));
+}

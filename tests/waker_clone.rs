@@ -1,0 +1,142 @@
+//! A `Waker` whose `clone` panics, polled into a queued `Run` or a waiting keyed `Acquire`:
+//! the panic is the caller's (it comes out of the caller's own poll), but the future keeps
+//! its place, so dropping it afterwards withdraws it. No slot is granted to a dead waiter,
+//! no phantom demand stays behind, and the key is pruned as usual.
+
+mod common;
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::task::{Context, RawWaker, RawWakerVTable, Waker};
+use std::time::{Duration, Instant};
+
+use common::{Latch, bounded, hold};
+use futures_lite::future::block_on;
+use loopguard::keyed::KeyedGate;
+use loopguard::pool::Pool;
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn clone_panics(_: *const ()) -> RawWaker {
+    panic!("waker clone boom")
+}
+fn no_op(_: *const ()) {}
+
+static CLONE_PANICS: RawWakerVTable = RawWakerVTable::new(clone_panics, no_op, no_op, no_op);
+
+/// A waker whose `clone` panics; waking or dropping it does nothing.
+fn clone_panicking_waker() -> Waker {
+    // SAFETY: the data pointer is never read, and every vtable function is sound for it
+    // on any thread: `clone` panics before making anything, the others do nothing.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &CLONE_PANICS)) }
+}
+
+/// Polls `future` once with a waker whose clone panics; returns whether that panicked.
+fn poll_with_clone_panic<F: Future + Unpin>(future: &mut F) -> bool {
+    let waker = clone_panicking_waker();
+    let mut cx = Context::from_waker(&waker);
+    catch_unwind(AssertUnwindSafe(|| Pin::new(future).poll(&mut cx))).is_err()
+}
+
+#[test]
+fn a_queued_run_whose_waker_clone_panicked_leaves_the_queue_when_dropped() {
+    let pool = Pool::builder()
+        .workers(1)
+        .no_stuck_reports()
+        .build()
+        .unwrap();
+    let release = Latch::new();
+    let holder = hold(&pool, &release);
+    let mut run = Box::pin(pool.run(|| 1_u8));
+    // The first poll queues the caller, then clones the waker: that panics.
+    assert!(poll_with_clone_panic(&mut run), "the clone was not called");
+    assert_eq!(pool.waiting(), 1, "the caller is still queued");
+    drop(run);
+    assert_eq!(pool.waiting(), 0, "dropping it withdrew it");
+    release.open();
+    block_on(async {
+        bounded(LIMIT, holder).await.unwrap();
+        // The holder's slot came back to the pool rather than to the dead waiter.
+        bounded(LIMIT, pool.wait_idle()).await;
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(bounded(LIMIT, pool.run(|| 2_u8)).await, Ok(2));
+        assert!(
+            pool.try_run(|| ()).is_ok(),
+            "try_run refused: the slot leaked"
+        );
+        bounded(LIMIT, pool.shutdown()).await;
+    });
+}
+
+#[test]
+fn a_keyed_acquire_whose_waker_clone_panicked_leaves_no_phantom_demand() {
+    let window = Duration::from_millis(50);
+    let gate = KeyedGate::builder("clone").window(window).build().unwrap();
+    let permit = gate.try_acquire("busy").unwrap();
+    let mut acquire = Box::pin(gate.acquire("busy"));
+    assert!(
+        poll_with_clone_panic(&mut acquire),
+        "the clone was not called"
+    );
+    drop(acquire);
+    assert_eq!(gate.waiting(&"busy"), 0);
+    drop(permit);
+    assert_eq!(gate.in_use(&"busy"), 0);
+    // Once the window has passed with nobody holding or waiting, demand reads 0 and the
+    // key goes away.
+    let later = Instant::now() + 3 * window;
+    assert_eq!(
+        gate.demand_at(&"busy", later),
+        0.0,
+        "a phantom unit of demand"
+    );
+    gate.prune_at(later);
+    assert_eq!(gate.tracked_keys(), 0, "the key is never pruned");
+    assert!(gate.try_acquire("busy").is_ok());
+}
+
+/// A no-op HTTP service for the tower layer.
+#[derive(Clone)]
+struct Noop;
+
+impl tower_service::Service<http::Request<()>> for Noop {
+    type Response = http::Response<String>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<()>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new("ok".to_string())))
+    }
+}
+
+#[test]
+fn a_waiting_request_whose_waker_clone_panicked_leaves_the_line_when_dropped() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+
+    let layer = loopguard::tower::AdmissionLayer::new(1).wait_within_deadline();
+    let mut service = layer.layer(Noop);
+    let held = block_on(service.call(http::Request::new(()))).unwrap();
+    let mut waiting = Box::pin(service.call(http::Request::new(())));
+    // The first poll joins the line, then clones the waker: that panics.
+    assert!(
+        poll_with_clone_panic(&mut waiting),
+        "the clone was not called"
+    );
+    assert_eq!(layer.waiting(), 1, "the request is still in line");
+    drop(waiting);
+    assert_eq!(layer.waiting(), 0, "dropping it withdrew it");
+    drop(held);
+    assert_eq!(
+        layer.in_use(),
+        0,
+        "the slot came back, not to the dead waiter"
+    );
+    let next = block_on(service.call(http::Request::new(()))).unwrap();
+    assert_eq!(next.status(), http::StatusCode::OK);
+}
