@@ -118,6 +118,8 @@ fn pools_deliver_report_and_release_with_a_panicking_recorder() {
         drop(pool.try_run(Fallible(|| Err::<(), _>("lost"))).unwrap());
         assert_eq!(rx.recv_timeout(LIMIT), Ok(ReportKind::Failed));
         assert_eq!(pool.orphaned_failures(), 1);
+        // The orphan's slot is released after its report: wait for it before taking it.
+        bounded(LIMIT, pool.wait_idle()).await;
         // Queued: the wait-time metric comes after the job is on its way.
         let release = Latch::new();
         let holder = hold(&pool, &release);
