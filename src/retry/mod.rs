@@ -203,7 +203,8 @@ impl<P> Retry<P> {
     /// the deadline: no sleep that can only end in expiry.
     ///
     /// The rule is asked twice about an error it retries (whether, then when): keep it a
-    /// plain function of the error.
+    /// plain function of the error. Under [`Deadline::never`] a hint is slept in full,
+    /// however long the server asked for: give calls that honour servers' hints a deadline.
     ///
     /// # Examples
     ///

@@ -4,6 +4,7 @@ use std::fmt;
 use std::hash::Hash;
 use std::time::Duration;
 
+use http::Request;
 use http::request::Parts;
 
 use super::mode::{Keyed, Mode, Slots};
@@ -24,10 +25,10 @@ pub(crate) struct AdmissionConfig {
 impl AdmissionConfig {
     /// The request's deadline: from its headers if configured, cut by a [`Deadline`]
     /// already in its extensions (put there by an outer layer); `None` if neither.
-    pub(crate) fn deadline(&self, parts: &Parts) -> Option<Deadline> {
-        let outer = parts.extensions.get::<Deadline>().copied();
+    pub(crate) fn deadline<B>(&self, request: &Request<B>) -> Option<Deadline> {
+        let outer = request.extensions().get::<Deadline>().copied();
         let own = self.deadline.map(|(default, offset)| {
-            let lookup = |name: &str| parts.headers.get(name).map(|v| v.as_bytes());
+            let lookup = |name: &str| request.headers().get(name).map(|v| v.as_bytes());
             header::request_deadline(lookup, default, offset)
         });
         match (own, outer) {

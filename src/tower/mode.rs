@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use event_listener::Event;
+use http::Request;
 use http::request::Parts;
 
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
@@ -36,8 +37,9 @@ pub mod sealed {
         /// The wait for a slot, FIFO; `None` if the gate will never admit.
         type Wait: Future<Output = Option<Self::Permit>> + Send + Unpin + 'static;
 
-        /// A slot now, or the ticket to wait with. Never waits, never allocates a refusal.
-        fn try_admit(&self, parts: &Parts) -> Result<Self::Permit, Self::Ticket>;
+        /// A slot now, or the ticket to wait with; the request comes back either way.
+        /// Never waits, never allocates a refusal.
+        fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B>;
         /// Starts waiting in line with `ticket` (nothing happens until it is polled).
         fn wait(&self, ticket: Self::Ticket) -> Self::Wait;
         /// The mode's counters.
@@ -46,6 +48,15 @@ pub mod sealed {
 }
 
 use sealed::Admit;
+
+/// What [`Admit::try_admit`] gives back: the permit or the ticket, and the request.
+#[allow(unreachable_pub, missing_debug_implementations)]
+pub enum AdmitOutcome<M: Admit, B> {
+    /// Admitted: the request holds this permit.
+    Now(M::Permit, Request<B>),
+    /// No slot now: wait with this ticket, or refuse.
+    Later(M::Ticket, Request<B>),
+}
 
 /// How an [`AdmissionLayer`](super::AdmissionLayer) admits requests: [`Slots`] or
 /// [`Keyed`]. Sealed: implemented by those two only.
@@ -301,12 +312,15 @@ impl Admit for Slots {
     type Ticket = ();
     type Wait = SlotsWait;
 
-    fn try_admit(&self, _: &Parts) -> Result<SlotPermit, ()> {
+    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
         match self.shared.gate.try_acquire() {
-            Ok(()) => Ok(SlotPermit {
-                shared: Arc::clone(&self.shared),
-            }),
-            Err(_) => Err(()),
+            Ok(()) => AdmitOutcome::Now(
+                SlotPermit {
+                    shared: Arc::clone(&self.shared),
+                },
+                request,
+            ),
+            Err(_) => AdmitOutcome::Later((), request),
         }
     }
 
@@ -397,10 +411,14 @@ where
     type Ticket = K;
     type Wait = KeyedWait<K>;
 
-    fn try_admit(&self, parts: &Parts) -> Result<KeyPermit<K>, K> {
-        self.gate
-            .try_acquire((self.key)(parts))
-            .map_err(|busy| busy.into_key())
+    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
+        let (parts, body) = request.into_parts();
+        let key = (self.key)(&parts);
+        let request = Request::from_parts(parts, body);
+        match self.gate.try_acquire(key) {
+            Ok(permit) => AdmitOutcome::Now(permit, request),
+            Err(busy) => AdmitOutcome::Later(busy.into_key(), request),
+        }
     }
 
     fn wait(&self, key: K) -> KeyedWait<K> {

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::request::Parts;
 use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::AdmissionBody;
 use super::layer::AdmissionConfig;
-use super::mode::{AdmissionStats, Mode, Slot, Slots};
+use super::mode::{AdmissionStats, AdmitOutcome, Mode, Slot, Slots};
 use super::refuse::refusal;
 use crate::deadline::{Deadline, Within};
 
@@ -105,12 +104,13 @@ impl<S, M: fmt::Debug> fmt::Debug for Admission<S, M> {
 }
 
 /// Puts the slot and the deadline in the request's extensions.
-fn admitted<B>(mut parts: Parts, body: B, slot: &Slot, deadline: Option<Deadline>) -> Request<B> {
-    parts.extensions.insert(slot.clone());
+fn admitted<B>(mut request: Request<B>, slot: &Slot, deadline: Option<Deadline>) -> Request<B> {
+    let extensions = request.extensions_mut();
+    extensions.insert(slot.clone());
     if let Some(deadline) = deadline {
-        parts.extensions.insert(deadline);
+        extensions.insert(deadline);
     }
-    Request::from_parts(parts, body)
+    request
 }
 
 impl<S, M, ReqB, ResB> Service<Request<ReqB>> for Admission<S, M>
@@ -127,38 +127,39 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        let state = match self.mode.try_admit(&parts) {
-            Ok(permit) => {
+        let state = match self.mode.try_admit(request) {
+            AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
                 let slot = Slot::grant(self.mode.stats(), permit);
-                let deadline = self.config.deadline(&parts);
-                let request = admitted(parts, body, &slot, deadline);
+                let deadline = self.config.deadline(&request);
+                let request = admitted(request, &slot, deadline);
                 ResponseState::Running {
                     future: self.inner.call(request),
                     slot: Some(slot),
                 }
             }
             // Waiting: the deadline is fixed now, before the wait spends it.
-            Err(ticket) if self.config.wait => match self.config.deadline(&parts) {
-                Some(deadline) if deadline.is_expired() => self.refuse(),
-                deadline => {
-                    // The ready service goes with the request; a clone stays behind.
-                    let clone = self.inner.clone();
-                    ResponseState::Waiting {
-                        line: Box::new(WaitingRequest {
-                            wait: (deadline.unwrap_or(Deadline::never()))
-                                .run(self.mode.wait(ticket)),
-                            service: Some(std::mem::replace(&mut self.inner, clone)),
-                            request: Some((parts, body)),
-                            deadline,
-                            stats: self.mode.stats().clone(),
-                        }),
+            AdmitOutcome::Later(ticket, request) if self.config.wait => {
+                match self.config.deadline(&request) {
+                    Some(deadline) if deadline.is_expired() => self.refuse(),
+                    deadline => {
+                        // The ready service goes with the request; a clone stays behind.
+                        let clone = self.inner.clone();
+                        ResponseState::Waiting {
+                            line: Box::new(WaitingRequest {
+                                wait: (deadline.unwrap_or(Deadline::never()))
+                                    .run(self.mode.wait(ticket)),
+                                service: Some(std::mem::replace(&mut self.inner, clone)),
+                                request: Some(request),
+                                deadline,
+                                stats: self.mode.stats().clone(),
+                            }),
+                        }
                     }
                 }
-            },
+            }
             // Fail fast: no clock read, no header parsed, nothing queued.
-            Err(_) => self.refuse(),
+            AdmitOutcome::Later(..) => self.refuse(),
         };
         ResponseFuture { state }
     }
@@ -181,7 +182,7 @@ impl<S, M: Mode> Admission<S, M> {
 struct WaitingRequest<S, ReqB, M: Mode> {
     wait: Within<M::Wait>,
     service: Option<S>,
-    request: Option<(Parts, ReqB)>,
+    request: Option<Request<ReqB>>,
     deadline: Option<Deadline>,
     stats: Arc<AdmissionStats>,
 }
@@ -251,7 +252,7 @@ where
                     // A permit that arrives at or after the deadline is dropped (passed
                     // on) by `Within`.
                     let granted = std::task::ready!(Pin::new(&mut line.wait).poll(cx));
-                    let (Ok(Some(permit)), Some(mut service), Some((parts, body))) =
+                    let (Ok(Some(permit)), Some(mut service), Some(request)) =
                         (granted, line.service.take(), line.request.take())
                     else {
                         line.stats.reject();
@@ -260,7 +261,7 @@ where
                         continue;
                     };
                     let slot = Slot::grant(&line.stats, permit);
-                    let request = admitted(parts, body, &slot, line.deadline);
+                    let request = admitted(request, &slot, line.deadline);
                     let future = service.call(request);
                     state.set(ResponseState::Running {
                         future,
