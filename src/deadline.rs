@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use async_io::Timer;
 
 use crate::late;
+use crate::sync::Contained;
 
 /// An instant after which an operation must not go on, or `never`.
 ///
@@ -347,9 +348,16 @@ impl From<Expired> for io::Error {
     }
 }
 
+/// A timer whose reactor wakes the task through a contained waker.
+pub(crate) type DeadlineTimer = Contained<Timer>;
+
 /// Polls `timer` (armed lazily at `at`), returning whether it has fired.
-fn poll_timer(timer: &mut Option<Timer>, at: Instant, cx: &mut Context<'_>) -> bool {
-    let timer = timer.get_or_insert_with(|| Timer::at(at));
+pub(crate) fn poll_timer(
+    timer: &mut Option<DeadlineTimer>,
+    at: Instant,
+    cx: &mut Context<'_>,
+) -> bool {
+    let timer = timer.get_or_insert_with(|| Contained::new(Timer::at(at)));
     Pin::new(timer).poll(cx).is_ready()
 }
 
@@ -400,7 +408,7 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless you `.await` or poll them"]
     pub struct Within<F> {
         deadline: Deadline,
-        timer: Option<Timer>,
+        timer: Option<DeadlineTimer>,
         #[pin]
         future: F,
     }
@@ -477,7 +485,7 @@ impl<F: Future> Future for Within<F> {
 pub struct Sleep {
     deadline: Deadline,
     end: Deadline,
-    timer: Option<Timer>,
+    timer: Option<DeadlineTimer>,
 }
 
 impl fmt::Debug for Sleep {

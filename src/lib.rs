@@ -110,6 +110,7 @@
 //! | a `Waker`'s `wake` | a worker thread, the releasing or closing thread | contained: the other waiters are still woken, the slot still handed on |
 //! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded`, a waiting layer's response future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
+//! | a key's `Hash` or `Eq` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash and compare without panicking, as a `HashMap`'s must |
 //! | (feature `tower`) the inner service's `call`, its future, its response body; the key closure of a keyed layer | your server's task | the panic is yours; the request's slot is released as it unwinds (a key closure runs before anything is held) |
 //!
 //! "Contained" means caught where it happens: it kills no worker, leaks no slot, strands no

@@ -10,6 +10,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
 
 /// Panics of user code contained so far in this process; read by
 /// [`telemetry::contained_panics`](crate::telemetry::contained_panics).
@@ -83,7 +84,7 @@ pub(crate) fn drop_quietly<T>(value: T) -> bool {
 
 /// Wakes a task. A `Waker` is user code: a panic in it must not unwind into a worker, a
 /// `Drop`, or a loop that still has other tasks to wake.
-pub(crate) fn wake(waker: std::task::Waker) {
+pub(crate) fn wake(waker: Waker) {
     contain("a Waker", || waker.wake());
 }
 
@@ -94,3 +95,79 @@ macro_rules! log_contained {
     };
 }
 pub(crate) use log_contained;
+
+/// A wrapper waker whose `wake` contains a panic of the real one.
+struct ContainedWake(Waker);
+
+impl std::task::Wake for ContainedWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        contain("a Waker", || self.0.wake_by_ref());
+    }
+}
+
+/// The wrapper of the task's waker handed to code that calls wakers itself without
+/// containing them (event-listener's `notify`, async-channel's send, async-io's timers):
+/// a panicking task waker then cannot unwind into that code, out of a `Drop`, or into a
+/// thread that still has other tasks to wake. Cached per task (`will_wake`), so a future
+/// polled again by the same task makes no new wrapper.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    cached: Option<(Waker, Waker)>,
+}
+
+impl Wakers {
+    /// The wrapper for `real`.
+    pub(crate) fn wrap(&mut self, real: &Waker) -> &Waker {
+        let fresh = !matches!(&self.cached, Some((r, _)) if r.will_wake(real));
+        if fresh {
+            // Two clones of user code: if either panics, nothing has changed here.
+            let inner = real.clone();
+            let wrapped = Waker::from(std::sync::Arc::new(ContainedWake(real.clone())));
+            self.cached = Some((inner, wrapped));
+        }
+        match &self.cached {
+            Some((_, wrapped)) => wrapped,
+            None => unreachable!("just set"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Wakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wakers").finish_non_exhaustive()
+    }
+}
+
+/// A future polled with a contained waker (see [`Wakers`]).
+#[derive(Debug)]
+pub(crate) struct Contained<F> {
+    inner: F,
+    wakers: Wakers,
+}
+
+impl<F> Contained<F> {
+    pub(crate) fn new(inner: F) -> Contained<F> {
+        Contained {
+            inner,
+            wakers: Wakers::default(),
+        }
+    }
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Contained<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let waker = this.wakers.wrap(cx.waker());
+        let mut cx = std::task::Context::from_waker(waker);
+        std::pin::Pin::new(&mut this.inner).poll(&mut cx)
+    }
+}

@@ -11,6 +11,7 @@ use async_channel::TrySendError;
 use futures_lite::Stream;
 
 use super::{Report, log_report};
+use crate::sync::Wakers;
 
 /// Makes a bounded report channel of `capacity` (at least one).
 pub(super) fn bounded(capacity: usize) -> (Sender, OrphanReceiver) {
@@ -22,7 +23,15 @@ pub(super) fn bounded(capacity: usize) -> (Sender, OrphanReceiver) {
     };
     // Boxed: the receiver is `!Unpin` (it keeps its listener inline), the stream is not.
     let rx = Box::pin(rx);
-    (sender, OrphanReceiver { rx, dropped })
+    let wakers = Wakers::default();
+    (
+        sender,
+        OrphanReceiver {
+            rx,
+            dropped,
+            wakers,
+        },
+    )
 }
 
 /// The handler's side; the channel closes when the last clone goes.
@@ -74,6 +83,8 @@ impl Sender {
 pub struct OrphanReceiver {
     rx: Pin<Box<async_channel::Receiver<Report>>>,
     dropped: Arc<AtomicU64>,
+    /// The task's waker, wrapped: the channel wakes it from the sending (worker) thread.
+    wakers: Wakers,
 }
 
 impl fmt::Debug for OrphanReceiver {
@@ -116,7 +127,7 @@ impl OrphanReceiver {
     /// # });
     /// ```
     pub async fn recv(&mut self) -> Option<Report> {
-        self.rx.recv().await.ok()
+        futures_lite::StreamExt::next(self).await
     }
 
     /// How many reports are queued now.
@@ -160,7 +171,9 @@ impl Stream for OrphanReceiver {
     type Item = Report;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Report>> {
-        self.get_mut().rx.as_mut().poll_next(cx)
+        let this = self.get_mut();
+        let waker = this.wakers.wrap(cx.waker());
+        this.rx.as_mut().poll_next(&mut Context::from_waker(waker))
     }
 }
 

@@ -19,7 +19,7 @@ use super::wait::SlotWait;
 use super::workers::Workers;
 use crate::demand::Demand;
 use crate::orphan::Reporter;
-use crate::sync::lock;
+use crate::sync::{Contained, lock};
 use crate::telemetry;
 
 pub(crate) struct Core {
@@ -102,10 +102,11 @@ impl Core {
     pub(crate) fn release_slot(&self) {
         self.demand.add(-1);
         if self.gate.release() == 0 {
-            self.idle.notify(usize::MAX);
+            // The workers first: they are ours; the idle waiters' wakers are user code.
             if self.gate.is_closed() {
                 self.workers.wake_all();
             }
+            self.idle.notify(usize::MAX);
         }
     }
 
@@ -140,7 +141,7 @@ impl Core {
             if self.gate.in_use() == 0 {
                 return;
             }
-            listener.await;
+            Contained::new(listener).await;
         }
     }
 
@@ -153,7 +154,7 @@ impl Core {
             if self.live_threads.load(Ordering::Acquire) == 0 {
                 break;
             }
-            listener.await;
+            Contained::new(listener).await;
         }
         let handles: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
         for handle in handles {

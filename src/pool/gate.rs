@@ -514,4 +514,108 @@ mod loom_model {
             }
         });
     }
+
+    // Review additions: the waiter's side as `Run` drives it (`SlotWait`), against grant
+    // and close at once.
+
+    use crate::pool::wait::{Ended, SlotWait, Started};
+
+    /// A queued `SlotWait` polls (registering its waker) while the slot is released to it
+    /// and the gate closes: it sees its end or is woken, and whatever it ends with, the
+    /// slot it may hold is given back exactly once, as `Run` does (`Granted` -> the job
+    /// runs and releases; `ClosedHolding` -> released at once; `Closed` -> nothing).
+    #[test]
+    fn slot_wait_poll_races_grant_and_close() {
+        loom::model(|| {
+            let (gate, releaser) = held_gate();
+            let mut wait = SlotWait::new();
+            let queued = wait.start(&gate);
+            let closer = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.close())
+            };
+            let (woken, waker) = flag();
+            let polled = match queued {
+                Started::Queued => Some(wait.poll(&gate, &waker)),
+                _ => None,
+            };
+            releaser.join().unwrap();
+            assert!(closer.join().unwrap());
+            let ended = match (queued, polled) {
+                (Started::Acquired, _) => Some(Ended::Granted),
+                (Started::Closed, _) => None,
+                (Started::Queued, Some(std::task::Poll::Ready(ended))) => Some(ended),
+                (Started::Queued, _) => {
+                    // Pending: it must have been woken, and a second look ends the wait.
+                    assert!(
+                        woken.0.load(Ordering::SeqCst),
+                        "a queued waiter was not woken"
+                    );
+                    match wait.poll(&gate, &waker) {
+                        std::task::Poll::Ready(ended) => Some(ended),
+                        std::task::Poll::Pending => panic!("still waiting after close"),
+                    }
+                }
+            };
+            if matches!(ended, Some(Ended::Granted | Ended::ClosedHolding)) {
+                gate.release();
+            }
+            assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+        });
+    }
+
+    /// A queued `SlotWait` gives up (`cancel`, as `Run`'s drop or expiry does) while the
+    /// slot is released to it and the gate closes: the slot is given back exactly once and
+    /// nothing stays queued.
+    #[test]
+    fn slot_wait_cancel_races_grant_and_close() {
+        loom::model(|| {
+            let (gate, releaser) = held_gate();
+            let mut wait = SlotWait::new();
+            let queued = wait.start(&gate);
+            let closer = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.close())
+            };
+            let holds = match queued {
+                Started::Acquired => true,
+                Started::Closed => false,
+                Started::Queued => wait.cancel(&gate),
+            };
+            if holds {
+                gate.release();
+            }
+            releaser.join().unwrap();
+            assert!(closer.join().unwrap());
+            assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+        });
+    }
+
+    /// Two queued waiters, the first gives up while the slot is released: the grant goes
+    /// to the second (FIFO with withdrawal), never to nobody.
+    #[test]
+    fn cancel_of_the_first_waiter_passes_the_grant_on() {
+        loom::model(|| {
+            let gate = Arc::new(Gate::new(1));
+            gate.try_acquire().unwrap();
+            let mut first = SlotWait::new();
+            let mut second = SlotWait::new();
+            assert_eq!(first.start(&gate), Started::Queued);
+            assert_eq!(second.start(&gate), Started::Queued);
+            let releaser = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.release())
+            };
+            if first.cancel(&gate) {
+                gate.release();
+            }
+            releaser.join().unwrap();
+            let (_woken, waker) = flag();
+            assert_eq!(
+                second.poll(&gate, &waker),
+                std::task::Poll::Ready(Ended::Granted)
+            );
+            assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+        });
+    }
 }

@@ -144,9 +144,9 @@ impl Pool {
     /// Admits `job` if a slot is free and nobody is waiting for one, and starts it at once on
     /// a worker thread.
     ///
-    /// Never awaits. A refusal is one compare-and-exchange on the gate's atomic word: it
-    /// takes no lock, allocates nothing, queues nothing, and hands the job back inside the
-    /// error. An admission allocates the job's hand-off (one allocation) and takes two
+    /// Never awaits. A refusal is one atomic load of the gate's word: it takes no lock,
+    /// allocates nothing, queues nothing, and hands the job back inside the error (an
+    /// admission is one compare-and-exchange on that word). An admission allocates the job's hand-off (one allocation) and takes two
     /// short, uncontended-in-practice locks (the demand signal's and the dispatch queue's)
     /// to hand the job to a worker. While callers wait in [`run`](Pool::run), `try_run`
     /// refuses, so a loop of `try_run` calls cannot starve them.

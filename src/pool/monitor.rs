@@ -98,7 +98,11 @@ pub(crate) fn watch(watched: Watched<'_>, threshold: Duration) {
                     if stamp == 0 || stamp == reported[worker] {
                         continue;
                     }
-                    let at = workers.start_of(stamp) + threshold;
+                    // A threshold too far out to add is never reached (checked: `Instant`
+                    // addition panics on overflow).
+                    let Some(at) = workers.start_of(stamp).checked_add(threshold) else {
+                        continue;
+                    };
                     if at <= now {
                         reported[worker] = stamp;
                         due.push(now.saturating_duration_since(workers.start_of(stamp)));

@@ -9,13 +9,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use async_io::Timer;
-
 use super::core::Core;
 use super::error::RunError;
 use super::job::{self, IntoJob, Job};
 use super::wait::{Ended, SlotWait, Started};
-use crate::deadline::{Deadline, Expired};
+use crate::deadline::{Deadline, DeadlineTimer, Expired, poll_timer};
 
 enum Phase<W, T> {
     /// Not polled yet: no slot asked for.
@@ -55,7 +53,7 @@ pub struct Run<W, T> {
     wait: SlotWait,
     created: Instant,
     deadline: Deadline,
-    timer: Option<Timer>,
+    timer: Option<DeadlineTimer>,
 }
 
 // The closure is never pinned: it is moved out to be run. The timer is `Unpin`.
@@ -86,11 +84,10 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
 
     /// Arms the deadline's timer; returns `true` if it has already fired.
     fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(at) = self.deadline.instant() else {
-            return false;
-        };
-        let timer = self.timer.get_or_insert_with(|| Timer::at(at));
-        Pin::new(timer).poll(cx).is_ready()
+        match self.deadline.instant() {
+            Some(at) => poll_timer(&mut self.timer, at, cx),
+            None => false,
+        }
     }
 
     /// Advances the state machine as far as it goes without waiting. User code (the

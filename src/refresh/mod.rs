@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use crate::deadline::Deadline;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::lock;
+use crate::sync::{Contained, lock};
 use crate::telemetry::RunOutcome;
 
 pub use self::builder::RefreshBuilder;
@@ -329,7 +329,7 @@ where
                     (generation, listener)
                 }
             };
-            if deadline.run(listener).await.is_err() {
+            if deadline.run(Contained::new(listener)).await.is_err() {
                 return Err(self.expired());
             }
             if let Some(outcome) = lock(&core.state).outcome_since(generation) {
@@ -363,6 +363,8 @@ where
                     Ok(Err(RunError::Panicked(panicked))) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
+                        // Reported here, so no enclosing deadline may count it as returned.
+                        crate::late::taken_back();
                         pool.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
@@ -377,6 +379,7 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
+                        crate::late::taken_back();
                         shield.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),

@@ -13,6 +13,14 @@
 //! Like every deadline in this crate, expiry is cooperative: it is seen when the
 //! retry future is polled, never by interrupting an attempt's thread.
 //!
+//! # Failures that are retried
+//!
+//! A failure your rule retries is consumed by the retry: the rule saw it, and only the last
+//! attempt's failure is returned (in [`RetryError`]). That includes a failure a loopguard
+//! hand-off gave an attempt (a [`Job`](crate::pool::Job) that panicked): retried, it is not
+//! reported to an orphan handler. A failure that ends the retry is returned, even past the
+//! deadline (see [`Within`]'s late failures).
+//!
 //! # Examples
 //!
 //! ```
@@ -47,6 +55,7 @@ use std::time::Duration;
 use futures_lite::ready;
 
 use crate::deadline::{Deadline, Expired, Sleep, Within};
+use crate::late;
 
 /// Whether a pause of `after` from now would end at or after `deadline`.
 fn ends_past(deadline: Deadline, after: Duration) -> bool {
@@ -296,6 +305,7 @@ impl<P> Retry<P> {
             make: attempt,
             started: 0,
             last: None,
+            held: 0,
             done: false,
             sleep: None,
             attempt: None,
@@ -507,10 +517,27 @@ pin_project_lite::pin_project! {
         make: F,
         started: u32,
         last: Option<AttemptError<E>>,
+        // Failures loopguard hand-offs gave to the attempt now kept in `last`: handed out
+        // again when `last` is returned (see `crate::late`).
+        held: u64,
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
         attempt: Option<Within<Fut>>,
+    }
+}
+
+/// The deadline ended the retry: the last failure goes back to the caller, and the
+/// failures it carries are handed out again (see `crate::late`).
+fn deadline_error<E>(
+    last: &mut Option<AttemptError<E>>,
+    held: &mut u64,
+    attempts: u32,
+) -> RetryError<E> {
+    late::handed_out_again(std::mem::take(held));
+    RetryError::Deadline {
+        attempts,
+        last: last.take(),
     }
 }
 
@@ -548,19 +575,27 @@ where
         let deadline = *this.deadline;
         let outcome = loop {
             if let Some(running) = this.attempt.as_mut().as_pin_mut() {
+                let mark = late::mark();
                 let result = ready!(running.poll(cx));
+                // Failures handed to this attempt in this poll travel in `result`.
+                let handed = late::count_since(mark);
                 this.attempt.set(None);
                 let n = *this.started;
                 let mut hint = None;
                 let failure = match result {
                     // `Within` returns a late output only when a loopguard hand-off gave it
-                    // a failure in that poll; a success made of it is still too late.
-                    Ok(Ok(_)) if deadline.is_expired() => {
-                        let last = this.last.take();
-                        break Err(RetryError::Deadline { attempts: n, last });
+                    // a failure in that poll: then it carries that failure and is returned
+                    // (as `Within` does); a plain late success is still too late.
+                    Ok(Ok(_)) if deadline.is_expired() && handed == 0 => {
+                        break Err(deadline_error(this.last, this.held, n));
                     }
-                    Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
+                    Ok(Ok(value)) => {
+                        // The failures of earlier attempts were retried: consumed.
+                        *this.held = 0;
+                        break Ok(Success { value, attempts: n });
+                    }
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
+                        *this.held = 0;
                         break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => {
@@ -568,12 +603,12 @@ where
                         AttemptError::Failed(error)
                     }
                     Err(Expired) if deadline.is_expired() => {
-                        let last = this.last.take();
-                        break Err(RetryError::Deadline { attempts: n, last });
+                        break Err(deadline_error(this.last, this.held, n));
                     }
                     Err(Expired) => AttemptError::TimedOut,
                 };
                 if n >= this.policy.attempts {
+                    *this.held = 0;
                     break Err(RetryError::Exhausted {
                         attempts: n,
                         last: failure,
@@ -583,12 +618,19 @@ where
                 // the deadline ends the retry now rather than sleeping into expiry.
                 let pause = match hint {
                     Some(after) if ends_past(deadline, after) => {
+                        // This failure is returned, in the error: it stays handed out. The
+                        // failures of the attempt it replaces were retried: consumed.
+                        *this.held = 0;
                         let last = Some(failure);
                         break Err(RetryError::Deadline { attempts: n, last });
                     }
                     Some(after) => after,
                     None => this.policy.backoff.pause(n - 1),
                 };
+                // Kept for later rather than returned now: off the count until then. The
+                // failures of the attempt it replaces were retried: consumed.
+                late::taken_back_n(handed);
+                *this.held = handed;
                 *this.last = Some(failure);
                 if !pause.is_zero() {
                     *this.sleep = Some(deadline.sleep(pause));
@@ -598,16 +640,12 @@ where
                 let slept = ready!(Pin::new(sleep).poll(cx));
                 *this.sleep = None;
                 if slept.is_err() {
-                    let last = this.last.take();
-                    let n = *this.started;
-                    break Err(RetryError::Deadline { attempts: n, last });
+                    break Err(deadline_error(this.last, this.held, *this.started));
                 }
             }
             // Nothing starts after expiry.
             if deadline.is_expired() {
-                let last = this.last.take();
-                let n = *this.started;
-                break Err(RetryError::Deadline { attempts: n, last });
+                break Err(deadline_error(this.last, this.held, *this.started));
             }
             *this.started += 1;
             let attempt_deadline = match this.policy.attempt_timeout {

@@ -22,6 +22,7 @@ use http::request::Parts;
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
 use crate::pool::gate::{Gate, MAX_CAPACITY};
 use crate::pool::wait::{Ended, SlotWait, Started};
+use crate::sync::Contained;
 
 /// The sealed side of [`Mode`]: what the service asks of a mode. Not nameable outside the
 /// crate, so only the modes here implement it.
@@ -223,7 +224,8 @@ impl Slots {
             if shared.gate.in_use() == 0 {
                 return;
             }
-            listener.await;
+            // event-listener calls the waker itself: hand it a contained one.
+            Contained::new(listener).await;
         }
     }
 }
