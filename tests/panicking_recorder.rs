@@ -114,11 +114,14 @@ fn pools_deliver_report_and_release_with_a_panicking_recorder() {
     block_on(async {
         // Awaited: the job-duration metric comes after delivery.
         assert_eq!(bounded(LIMIT, pool.run(|| 1)).await, Ok(1));
+        // The slot is released just after delivery (and after the recorder's contained
+        // panic): wait for it before asking for it again.
+        bounded(LIMIT, pool.wait_idle()).await;
         // Orphaned: the counter comes after the handler.
         drop(pool.try_run(Fallible(|| Err::<(), _>("lost"))).unwrap());
         assert_eq!(rx.recv_timeout(LIMIT), Ok(ReportKind::Failed));
         assert_eq!(pool.orphaned_failures(), 1);
-        // The orphan's slot is released after its report: wait for it before taking it.
+        // The report comes before the slot is released: wait for it.
         bounded(LIMIT, pool.wait_idle()).await;
         // Queued: the wait-time metric comes after the job is on its way.
         let release = Latch::new();
@@ -128,6 +131,7 @@ fn pools_deliver_report_and_release_with_a_panicking_recorder() {
         release.open();
         bounded(LIMIT, holder).await.unwrap();
         assert_eq!(bounded(LIMIT, queued).await, Ok(2));
+        bounded(LIMIT, pool.wait_idle()).await;
         // Refused: the rejection counter.
         let release = Latch::new();
         let holder = hold(&pool, &release);

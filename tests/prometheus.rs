@@ -124,6 +124,9 @@ fn counts_match_what_happened_through_saturation() {
         drop(orphan);
         assert!(receiver.recv().await.is_some());
         pool.wait_idle().await;
+        // The recorder hears of a job after its slot is free (src/pool/job.rs): only once
+        // the workers have exited has it heard of every job.
+        pool.shutdown().await;
     });
 
     pool.publish_metrics();

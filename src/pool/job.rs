@@ -168,9 +168,11 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         };
         core.stats.count_job(outcome, elapsed);
         self.handoff.deliver(result, elapsed);
-        drop(slot);
-        // The recorder is user code: it hears of the job once nothing waits on it.
+        // The recorder is user code: it hears of the job once its outcome is delivered (a
+        // panic there is contained), and before the slot goes back, so a pool that reads
+        // idle has told the recorder about every job.
         core.stats.emit_job(outcome, elapsed);
+        drop(slot);
     }
 }
 

@@ -57,6 +57,11 @@ pub use self::stats::PoolStats;
 /// occupies a thread. At quiescence ([`wait_idle`](Pool::wait_idle)), [`in_use`](Pool::in_use)
 /// is 0.
 ///
+/// The worker releases the slot right after it has delivered the outcome (and told the
+/// metrics recorder): a caller woken by that delivery may, for a moment, still see the
+/// slot held, so a `try_run` issued straight after awaiting a job on a full pool can be
+/// refused. [`wait_idle`](Pool::wait_idle) waits for the release.
+///
 /// # Outputs
 ///
 /// A job is any `FnOnce() -> T + Send + 'static` closure with a `Send + 'static` output

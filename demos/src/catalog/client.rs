@@ -1,8 +1,7 @@
 //! The catalog client: one deadline over the semaphore wait, the connection-pool wait,
 //! every attempt, every backoff pause and the body read.
 //!
-//! Shared by the `catalog_client` example and `tests/catalog.rs` (`#[path]`-included).
-#![allow(dead_code)]
+//! Used by the `catalog_client` example and `tests/catalog.rs`.
 
 use std::fmt;
 use std::future::Future;

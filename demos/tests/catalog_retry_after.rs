@@ -5,12 +5,6 @@
 //! Each scenario runs with the client on smol and on async-std; the server runs on its own
 //! thread with its own smol executor and stops when dropped.
 
-#[path = "../examples/catalog_client/cli.rs"]
-#[allow(unused)]
-mod cli;
-#[path = "../examples/catalog_client/client.rs"]
-mod client;
-
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,12 +14,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
-use client::{CatalogError, Client, Config, Event, Spawn};
 use futures_lite::future;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use loopguard::tower::AdmissionLayer;
+use loopguard_demos::catalog::client::{CatalogError, Client, Config, Event, Spawn};
 use smol::channel::{Receiver, Sender, unbounded};
 use smol_hyper::rt::FuturesIo;
 use tower_layer::Layer;

@@ -1,5 +1,4 @@
 //! The command line of `catalog_client`: parsing by hand, and running the operations.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

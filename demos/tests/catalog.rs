@@ -6,11 +6,6 @@
 //! Each scenario runs with the client on smol and on async-std; the server always runs on
 //! its own thread with its own smol executor.
 
-#[path = "../examples/catalog_client/cli.rs"]
-mod cli;
-#[path = "../examples/catalog_client/client.rs"]
-mod client;
-
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,6 +24,7 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, Uri};
+use loopguard_demos::catalog::{cli, client};
 use smol::channel::{Receiver, Sender, unbounded};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 

@@ -1,6 +1,5 @@
 //! Command-line parsing for the examples: `--flag value` or `--flag=value`, switches, and
 //! exit status 2 with a message on bad input.
-#![allow(dead_code)]
 
 use std::str::FromStr;
 
@@ -52,4 +51,18 @@ impl Args {
 pub fn fail(usage: &str, message: &str) -> ! {
     eprintln!("error: {message}\n\nusage: {usage}");
     std::process::exit(2)
+}
+
+/// A comma-separated list of values for `flag`, such as `10000,100000`.
+pub fn list<T: FromStr>(flag: &str, raw: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    raw.split(',')
+        .map(|item| {
+            item.trim()
+                .parse()
+                .map_err(|e| format!("{flag}: invalid value `{item}`: {e}"))
+        })
+        .collect()
 }

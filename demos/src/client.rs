@@ -2,9 +2,8 @@
 //!
 //! One request per connection (`Connection: close`), the response read to end of stream.
 //! It is enough to talk to the exporter over real loopback sockets and nothing more.
-#![allow(dead_code)]
 
-use std::io;
+use std::io::{self, Read as _};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -36,6 +35,24 @@ impl Response {
     /// The body as text (lossy).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as text after undoing its `Content-Encoding` (gzip or none).
+    pub fn decoded(&self) -> io::Result<String> {
+        let mut text = String::new();
+        match self.header("content-encoding") {
+            None => text = String::from_utf8(self.body.clone()).map_err(io::Error::other)?,
+            Some(gzip) if gzip.eq_ignore_ascii_case("gzip") => {
+                flate2::read::GzDecoder::new(&self.body[..]).read_to_string(&mut text)?;
+            }
+            Some(other) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown content-encoding {other:?}"),
+                ));
+            }
+        }
+        Ok(text)
     }
 }
 

@@ -4,24 +4,16 @@
 //! it with a small HTTP/1.1 client. Walks are held on a latch inside the synthetic registry,
 //! and every ordering is by explicit state (walk counters, pool gauges), never by sleeping.
 
-#[path = "../examples/support/client.rs"]
-mod client;
-mod common;
-#[path = "../examples/support/exporter.rs"]
-mod exporter;
-
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Latch;
-use exporter::{Config, Exporter, Mode, Registry, WalkKind};
 use loopguard::header::SCRAPE_TIMEOUT_HEADER;
+use loopguard_demos::client;
+use loopguard_demos::exporter::registry::{Registry, WalkKind};
+use loopguard_demos::exporter::{Config, Exporter, Mode};
+use loopguard_demos::testing::{Latch, run, until};
 use smol::channel;
-
-/// Generous: the machine may be busy.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 fn config(workers: usize) -> Config {
     Config {
@@ -43,7 +35,7 @@ impl Held {
     fn registry(hold: &'static [WalkKind]) -> (Held, Registry) {
         let latch = Latch::new();
         let held = Arc::new(AtomicUsize::new(0));
-        let registry = Registry::new(100, Duration::ZERO).with_hook({
+        let registry = registry(100).with_hook({
             let (latch, held) = (latch.clone(), held.clone());
             move |kind| {
                 if hold.contains(&kind) {
@@ -60,22 +52,12 @@ impl Held {
     }
 }
 
+fn registry(series: usize) -> Registry {
+    Registry::new(series, Duration::ZERO).expect("the recorder installs")
+}
+
 fn start(config: Config, registry: Registry) -> Exporter {
     Exporter::spawn(config, Arc::new(registry)).expect("the exporter starts")
-}
-
-/// Runs `fut` on smol, failing the test if it takes longer than `PATIENCE`.
-fn run<T>(fut: impl Future<Output = T>) -> T {
-    smol::block_on(common::bounded(PATIENCE, fut))
-}
-
-/// Waits until `cond` holds (checked every few milliseconds), failing after `PATIENCE`.
-async fn until(what: &str, cond: impl Fn() -> bool) {
-    let began = Instant::now();
-    while !cond() {
-        assert!(began.elapsed() < PATIENCE, "never saw: {what}");
-        smol::Timer::after(Duration::from_millis(2)).await;
-    }
 }
 
 /// Fires `n` concurrent `GET path`s; responses arrive on the channel as they complete.
@@ -182,7 +164,9 @@ fn a_scrape_out_of_budget_gets_503_and_its_walk_keeps_the_slot() {
 
 #[test]
 fn malformed_scrape_timeout_headers_are_ignored() {
-    let exporter = start(config(1), Registry::new(100, Duration::ZERO));
+    // Two workers: a walk's slot is freed just after its answer is delivered, so a
+    // sequential scrape may find the previous walk still holding one.
+    let exporter = start(config(2), registry(100));
     run(async {
         for value in [
             "banana", "-1", "NaN", "inf", "0", "", "1e999", "0.4", "0x10",
@@ -344,7 +328,7 @@ fn with_a_cache_ttl_a_storm_causes_one_walk() {
 
 #[test]
 fn unknown_paths_wrong_methods_and_bad_requests_get_proper_status_codes() {
-    let exporter = start(config(1), Registry::new(10, Duration::ZERO));
+    let exporter = start(config(1), registry(10));
     run(async {
         let addr = exporter.addr();
         assert_eq!(client::get(addr, "/nope", &[]).await.unwrap().status, 404);
@@ -375,7 +359,7 @@ fn header_and_body_limits_and_the_header_read_timeout_protect_the_loop() {
             max_body_bytes: 1024,
             ..config(1)
         },
-        Registry::new(10, Duration::ZERO),
+        registry(10),
     );
     run(async {
         let addr = exporter.addr();

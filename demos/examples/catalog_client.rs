@@ -21,10 +21,9 @@
 //! cargo run --example catalog_client -- --requests 5 http://127.0.0.1:8080/
 //! ```
 
-mod cli;
-mod client;
-
 use std::sync::Arc;
+
+use loopguard_demos::catalog::cli;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

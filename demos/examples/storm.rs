@@ -1,0 +1,330 @@
+//! Scrape storms against the exporter on a real registry, side by side: loopguard, the same
+//! server offloading with `blocking::unblock`, and `render()` on the loop thread.
+//!
+//! ```text
+//! cargo run --release --example storm -- [--scrapes 64] [--rate 40] [--secs 5] [--workers 2]
+//!     [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
+//!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]
+//! ```
+//!
+//! For each registry size and each mode it starts the exporter's serving code
+//! (`loopguard_demos::exporter`) in a fresh child process and drives it over loopback twice:
+//! a burst of `--scrapes` concurrent `GET /metrics`, then `--rate` scrapes per second for
+//! `--secs` seconds (open loop, a new connection each). Scrapes send `Accept-Encoding: gzip`
+//! as Prometheus does (`--plain`: not). Meanwhile `/healthz` is probed every 10 ms. Modes:
+//!
+//! - `unbounded`: every walk through `blocking::unblock`, which queues without bound;
+//! - `loopguard`: walks on the `registry-serve` pool, 503 + `Retry-After` when saturated;
+//! - `loopguard_coalesced`: the same pool behind a `Refresh`: concurrent scrapes share a walk;
+//! - `on_loop`: `render()` on the loop thread itself.
+//!
+//! Reported per run: served (200) and rejected (503) counts and latencies, walks run,
+//! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
+//! `modes` (the burst on the largest registry, as before) and `runs` (every run); latencies
+//! of a category with no answers print `-` in the table and `0.0` in JSON. `--svg FILE` draws
+//! the burst latencies on the largest registry.
+
+use std::io;
+use std::time::Duration;
+
+use loopguard_demos::exporter::{Config, Mode};
+use loopguard_demos::storm::{Load, Run, child_args, drive, quantile, serve_child, spawn_child};
+use loopguard_demos::{chart, cli};
+
+const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] \
+[--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop] \
+[--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]";
+
+#[derive(Debug)]
+struct Options {
+    scrapes: usize,
+    rate: u32,
+    secs: u32,
+    workers: usize,
+    series: Vec<usize>,
+    modes: Vec<Mode>,
+    walk_delay: Duration,
+    cache_ttl: Duration,
+    plain: bool,
+    json: bool,
+    svg: Option<String>,
+    /// Internal: serve this mode in this process (a child of the storm).
+    serve: Option<Mode>,
+}
+
+fn parse(mut args: cli::Args) -> Result<Options, String> {
+    let all = [
+        Mode::Unbounded,
+        Mode::Loopguard,
+        Mode::LoopguardCoalesced,
+        Mode::OnLoop,
+    ];
+    let mut o = Options {
+        scrapes: 64,
+        rate: 40,
+        secs: 5,
+        workers: 2,
+        series: vec![10_000, 100_000],
+        modes: all.to_vec(),
+        walk_delay: Duration::ZERO,
+        cache_ttl: Duration::from_secs(5),
+        plain: false,
+        json: false,
+        svg: None,
+        serve: None,
+    };
+    let mode = |name: &str| Mode::from_name(name).ok_or(format!("unknown mode `{name}`"));
+    while let Some(flag) = args.next_flag() {
+        let (flag, inline) = flag?;
+        match flag.as_str() {
+            "--scrapes" => o.scrapes = args.value(&flag, inline)?,
+            "--rate" => o.rate = args.value(&flag, inline)?,
+            "--secs" => o.secs = args.value(&flag, inline)?,
+            "--workers" => o.workers = args.value(&flag, inline)?,
+            "--series" => o.series = cli::list(&flag, &args.value::<String>(&flag, inline)?)?,
+            "--modes" => {
+                let names: Vec<String> = cli::list(&flag, &args.value::<String>(&flag, inline)?)?;
+                o.modes = names.iter().map(|n| mode(n)).collect::<Result<_, _>>()?;
+            }
+            "--walk-delay-ms" => o.walk_delay = Duration::from_millis(args.value(&flag, inline)?),
+            "--cache-ttl-ms" => o.cache_ttl = Duration::from_millis(args.value(&flag, inline)?),
+            "--plain" if inline.is_none() => o.plain = true,
+            "--json" if inline.is_none() => o.json = true,
+            "--svg" => o.svg = Some(args.value(&flag, inline)?),
+            "--serve" => o.serve = Some(mode(&args.value::<String>(&flag, inline)?)?),
+            "--help" | "-h" => {
+                println!("usage: {USAGE}");
+                std::process::exit(0)
+            }
+            other => return Err(format!("unknown flag `{other}`")),
+        }
+    }
+    if !(1..=2000).contains(&o.scrapes) || !(1..=1000).contains(&o.rate) || o.secs > 600 {
+        return Err("--scrapes: 1 to 2000; --rate: 1 to 1000; --secs: at most 600".into());
+    }
+    if o.workers == 0 || o.workers > loopguard::pool::MAX_WORKERS {
+        let max = loopguard::pool::MAX_WORKERS;
+        return Err(format!("--workers must be between 1 and {max}"));
+    }
+    if o.series.is_empty() || o.series.iter().any(|&n| n > 10_000_000) || o.modes.is_empty() {
+        return Err("--series: 1 to 10000000 each; --modes: at least one".into());
+    }
+    if o.cache_ttl.is_zero() {
+        return Err("--cache-ttl-ms must be above zero (the coalesced mode needs it)".into());
+    }
+    o.series.sort_unstable();
+    Ok(o)
+}
+
+/// One row of the results.
+struct Row {
+    series: usize,
+    load: Load,
+    mode: Mode,
+    run: Run,
+}
+
+fn run_once(o: &Options, series: usize, mode: Mode, load: Load) -> io::Result<Run> {
+    let server = spawn_child(&child_args(
+        mode,
+        series,
+        o.workers,
+        o.walk_delay,
+        o.cache_ttl,
+    ))?;
+    let gzip: &[(&str, &str)] = if o.plain {
+        &[]
+    } else {
+        &[("Accept-Encoding", "gzip")]
+    };
+    let mut run = drive(server.addr, load, gzip)?;
+    server.finish(&mut run)?;
+    Ok(run)
+}
+
+fn ms(sorted: &[f64], q: f64) -> String {
+    match sorted.is_empty() {
+        true => "-".into(),
+        false if quantile(sorted, q) > 1e9 => "never".into(),
+        false => format!("{:.1} ms", quantile(sorted, q)),
+    }
+}
+
+fn json_object(name: &str, run: &Run, extra: &str) -> String {
+    format!(
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{}}}",
+        run.served.len(),
+        run.rejected.len(),
+        run.walks,
+        quantile(&run.served, 0.5),
+        quantile(&run.served, 0.99),
+        quantile(&run.rejected, 0.99),
+        quantile(&run.healthz, 0.99).min(1e12),
+        run.peak_rss_kib as f64 / 1024.0,
+        run.other,
+    )
+}
+
+fn main() {
+    let o = match parse(cli::Args::from_env()) {
+        Ok(o) => o,
+        Err(message) => cli::fail(USAGE, &message),
+    };
+    if let Some(mode) = o.serve {
+        let config = Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            workers: o.workers,
+            series: o.series[0],
+            walk_delay: o.walk_delay,
+            cache_ttl: match mode {
+                Mode::LoopguardCoalesced => o.cache_ttl,
+                _ => Duration::ZERO,
+            },
+            cardinality_interval: Duration::ZERO,
+            mode,
+            max_connections: 10_000,
+            ..Config::default()
+        };
+        if let Err(err) = serve_child(config) {
+            eprintln!("storm server: {err}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let encoding = if o.plain { "plain" } else { "gzip" };
+    println!(
+        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
+        o.scrapes,
+        o.rate,
+        o.secs,
+        o.workers,
+        o.series,
+        o.walk_delay.as_millis(),
+        o.cache_ttl.as_millis()
+    );
+    let loads = [
+        Load::Burst(o.scrapes),
+        Load::Sustained {
+            rate: o.rate,
+            secs: o.secs,
+        },
+    ];
+    let mut rows = Vec::new();
+    for &series in &o.series {
+        for load in loads {
+            for &mode in &o.modes {
+                eprintln!("{series} series, {}, {}...", load.name(), mode.name());
+                match run_once(&o, series, mode, load) {
+                    Ok(run) => rows.push(Row {
+                        series,
+                        load,
+                        mode,
+                        run,
+                    }),
+                    Err(err) => {
+                        eprintln!("storm: {}: {err}", mode.name());
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    println!(
+        "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "series",
+        "load",
+        "mode",
+        "served",
+        "rejected",
+        "walks",
+        "served p50",
+        "served p99",
+        "503 p99",
+        "healthz p99",
+        "peak RSS"
+    );
+    for row in &rows {
+        let r = &row.run;
+        println!(
+            "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
+            row.series,
+            row.load.name(),
+            row.mode.name(),
+            r.served.len(),
+            r.rejected.len(),
+            r.walks,
+            ms(&r.served, 0.5),
+            ms(&r.served, 0.99),
+            ms(&r.rejected, 0.99),
+            ms(&r.healthz, 0.99),
+            r.peak_rss_kib as f64 / 1024.0,
+        );
+    }
+    let failed: usize = rows.iter().map(|r| r.run.other).sum();
+    if failed > 0 {
+        println!("({failed} answers were neither 200 nor 503, or failed:");
+        for row in rows.iter().filter(|r| r.run.other > 0) {
+            for (kind, n) in &row.run.other_kinds {
+                let (series, load) = (row.series, row.load.name());
+                println!(
+                    "  {series} series, {load}, {}: {n} x {kind}",
+                    row.mode.name()
+                );
+            }
+        }
+        println!(")");
+    }
+    for row in rows.iter().filter(|r| r.mode == Mode::Loopguard) {
+        let twin = rows
+            .iter()
+            .find(|u| u.mode == Mode::Unbounded && u.series == row.series && u.load == row.load);
+        if let Some(unbounded) =
+            twin.filter(|u| !row.run.served.is_empty() && !u.run.served.is_empty())
+        {
+            let ratio = quantile(&unbounded.run.served, 0.99) / quantile(&row.run.served, 0.99);
+            println!(
+                "{} series, {}: loopguard's served p99 is {ratio:.1}x better than unbounded's",
+                row.series,
+                row.load.name()
+            );
+        }
+    }
+    let largest = o.series[o.series.len() - 1];
+    let bursts: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.series == largest && matches!(r.load, Load::Burst(_)))
+        .collect();
+    if let Some(path) = &o.svg {
+        let title = format!(
+            "{} concurrent scrapes, {} workers, {largest} series: latency by percentile",
+            o.scrapes, o.workers
+        );
+        let runs: Vec<(Mode, &Run)> = bursts.iter().map(|r| (r.mode, &r.run)).collect();
+        match chart::svg(path, &title, &runs) {
+            Ok(()) => println!("chart written to {path}"),
+            Err(err) => {
+                eprintln!("storm: cannot write {path}: {err}");
+                std::process::exit(1);
+            }
+        }
+    }
+    if o.json {
+        let modes: Vec<String> = bursts
+            .iter()
+            .map(|r| json_object(r.mode.name(), &r.run, ""))
+            .collect();
+        let runs: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let extra = format!("\"series\":{},\"load\":\"{}\",", r.series, r.load.name());
+                json_object(r.mode.name(), &r.run, &extra)
+            })
+            .collect();
+        println!(
+            "{{\"modes\":[{}],\"runs\":[{}]}}",
+            modes.join(","),
+            runs.join(",")
+        );
+    }
+}

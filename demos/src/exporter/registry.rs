@@ -1,0 +1,296 @@
+//! The registry behind the exporter: real gauge series in the process's
+//! `metrics-exporter-prometheus` recorder, and the walk that renders (and compresses) it.
+//!
+//! Nothing is formatted by hand: a walk is [`PrometheusHandle::render`] of the installed
+//! recorder, which holds `--series` gauges with two labels (`shard`, `id`) next to
+//! loopguard's own metrics, optionally gzip-compressed on the same thread.
+
+use std::io::{self, Write as _};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use hyper::body::Bytes;
+use metrics::Gauge;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// The name of the registry's gauges.
+pub const SERIES_METRIC: &str = "synthetic_registry_series";
+
+/// Histogram buckets, in seconds, for every histogram the recorder renders.
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The gzip level of a compressed scrape. Level 1 is chosen by measurement
+/// (`cargo run --release --example walk_cost`, BENCHMARKS.md): on a 100 000-series rendering
+/// it compresses 3.5x for an eighth of the render's own time; the default level 6 saves 6 %
+/// more for more than the render's time, paid while a slot is held.
+pub const GZIP_LEVEL: u32 = 1;
+
+/// How a walk's body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Plain exposition text.
+    Identity,
+    /// gzip (`Content-Encoding: gzip`).
+    Gzip,
+}
+
+impl Encoding {
+    /// What an `Accept-Encoding` header value asks for: gzip when it lists `gzip`, `x-gzip`
+    /// or `*` with a non-zero quality. Anything unreadable means plain text.
+    pub fn negotiate(accept_encoding: Option<&[u8]>) -> Encoding {
+        let Some(value) = accept_encoding.and_then(|v| std::str::from_utf8(v).ok()) else {
+            return Encoding::Identity;
+        };
+        let gzip = value.split(',').any(|item| {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or_default().trim();
+            let named = ["gzip", "x-gzip", "*"]
+                .iter()
+                .any(|c| coding.eq_ignore_ascii_case(c));
+            let refused = parts.any(|p| {
+                let p = p.trim();
+                let q = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="));
+                q.is_some_and(|q| q.trim().parse::<f32>().map_or(true, |q| q <= 0.0))
+            });
+            named && !refused
+        });
+        if gzip {
+            Encoding::Gzip
+        } else {
+            Encoding::Identity
+        }
+    }
+}
+
+/// Compresses `plain` with gzip at [`GZIP_LEVEL`].
+pub fn gzip(plain: &[u8]) -> io::Result<Vec<u8>> {
+    gzip_at(plain, GZIP_LEVEL)
+}
+
+/// Compresses `plain` with gzip at `level` (0 to 9).
+pub fn gzip_at(plain: &[u8], level: u32) -> io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(
+        Vec::with_capacity(plain.len() / 8 + 64),
+        Compression::new(level),
+    );
+    encoder.write_all(plain)?;
+    encoder.finish()
+}
+
+/// The process-wide Prometheus recorder (installed once, on first use), with loopguard's
+/// metric descriptions.
+pub fn recorder() -> io::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    let installed = HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new()
+            .set_buckets(BUCKETS)
+            .and_then(|b| b.install_recorder())
+            .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
+        loopguard::telemetry::describe_metrics();
+        metrics::describe_gauge!(
+            SERIES_METRIC,
+            "A synthetic gauge; the registry's size sets the cost of a walk."
+        );
+        Ok(handle)
+    });
+    installed.clone().map_err(io::Error::other)
+}
+
+/// Registers `n` gauges named [`SERIES_METRIC`] in the installed recorder. Series `i` has
+/// labels `shard` (`i % 64`) and `id` (eight hex digits, distinct for distinct `i`); the
+/// same `i` always gives the same series.
+pub fn register_series(n: usize) -> Vec<Gauge> {
+    (0..n)
+        .map(|i| {
+            let gauge = metrics::gauge!(
+                SERIES_METRIC,
+                "shard" => (i % 64).to_string(),
+                "id" => format!("{:08x}", (i as u32).wrapping_mul(2_654_435_761)),
+            );
+            gauge.set((i as f64).sqrt() * 1.5);
+            gauge
+        })
+        .collect()
+}
+
+/// Counts series and metric families in a rendering.
+pub fn count_series(rendering: &str) -> (usize, usize) {
+    let mut series = 0;
+    let mut families = 0;
+    for line in rendering.lines() {
+        if line.starts_with("# TYPE ") {
+            families += 1;
+        } else if !line.starts_with('#') && !line.is_empty() {
+            series += 1;
+        }
+    }
+    (series, families)
+}
+
+/// What a walk is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkKind {
+    /// A `/metrics` scrape.
+    Scrape,
+    /// The `/` status page.
+    Status,
+    /// The background cardinality report.
+    Cardinality,
+}
+
+type Hook = Box<dyn Fn(WalkKind) + Send + Sync>;
+
+/// The registry: its gauges, an optional fixed delay per walk, a hook for tests, and
+/// counters of the walks performed.
+pub struct Registry {
+    handle: PrometheusHandle,
+    gauges: Vec<Gauge>,
+    delay: Duration,
+    hook: Option<Hook>,
+    walks: [AtomicU64; 3],
+    active: AtomicUsize,
+    peak: AtomicUsize,
+    ticks: AtomicU64,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("series", &self.gauges.len())
+            .field("delay", &self.delay)
+            .field("active", &self.active())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// Installs the recorder if needed and registers `series` gauges in it; every walk
+    /// also sleeps `delay` (zero: none).
+    pub fn new(series: usize, delay: Duration) -> io::Result<Registry> {
+        let handle = recorder()?;
+        Ok(Registry {
+            handle,
+            gauges: register_series(series),
+            delay,
+            hook: None,
+            walks: Default::default(),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            ticks: AtomicU64::new(0),
+        })
+    }
+
+    /// Calls `hook` on the walking thread at the start of every walk (tests block walks on
+    /// a latch with it).
+    pub fn with_hook(mut self, hook: impl Fn(WalkKind) + Send + Sync + 'static) -> Registry {
+        self.hook = Some(Box::new(hook));
+        self
+    }
+
+    /// The recorder's handle.
+    pub fn handle(&self) -> &PrometheusHandle {
+        &self.handle
+    }
+
+    /// Gauges registered by this registry.
+    pub fn series(&self) -> usize {
+        self.gauges.len()
+    }
+
+    /// Changes the values of the next 1 % of the gauges (at least one), round robin: the
+    /// loop's ticker calls it, so successive walks render moving values.
+    pub fn tick(&self) {
+        let n = self.gauges.len();
+        if n == 0 {
+            return;
+        }
+        let round = self.ticks.fetch_add(1, Ordering::Relaxed);
+        let step = (n / 100).max(1);
+        let start = (round as usize).wrapping_mul(step) % n;
+        for i in (start..start + step).map(|i| i % n) {
+            self.gauges[i].set(fastrand::f64() * 100.0);
+        }
+    }
+
+    /// Walks started for `kind`.
+    pub fn walks(&self, kind: WalkKind) -> u64 {
+        self.walks[kind as usize].load(Ordering::SeqCst)
+    }
+
+    /// Walks running now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// The most walks that ever ran at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+
+    /// One full walk: the recorder's rendering (`render()`). Blocking.
+    pub fn walk(&self, kind: WalkKind) -> String {
+        struct Active<'a>(&'a AtomicUsize);
+        impl Drop for Active<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.walks[kind as usize].fetch_add(1, Ordering::SeqCst);
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        let _active = Active(&self.active);
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        if let Some(hook) = &self.hook {
+            hook(kind);
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        self.handle.render()
+    }
+
+    /// A scrape's walk: the rendering, compressed if `encoding` says so. Blocking.
+    pub fn scrape(&self, encoding: Encoding) -> io::Result<Bytes> {
+        let plain = self.walk(WalkKind::Scrape);
+        Ok(match encoding {
+            Encoding::Identity => Bytes::from(plain),
+            Encoding::Gzip => Bytes::from(gzip(plain.as_bytes())?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Encoding::{self, Gzip, Identity};
+
+    #[test]
+    fn accept_encoding_is_read_as_rfc_9110_says() {
+        let cases: &[(&[u8], Encoding)] = &[
+            (b"gzip", Gzip),
+            (b"GZIP", Gzip),
+            (b"identity, gzip;q=0.5", Gzip),
+            (b"x-gzip", Gzip),
+            (b"*", Gzip),
+            (b"br, deflate", Identity),
+            (b"gzip;q=0", Identity),
+            (b"gzip; q=0.000", Identity),
+            (b"gzip;q=banana", Identity),
+            (b"gzipx", Identity),
+            (b"", Identity),
+            (b"\xff\xfe", Identity),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(
+                Encoding::negotiate(Some(value)),
+                *expected,
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+        assert_eq!(Encoding::negotiate(None), Identity);
+    }
+}

@@ -1,0 +1,270 @@
+//! The storm harness: the exporter in a child process, a load against it over loopback, and
+//! `/healthz` probed all the while.
+//!
+//! Each run starts a fresh server process (this same executable, told to serve by
+//! [`serve_child`]) so that its peak RSS is its own and no walk of an earlier run is still
+//! going. The load is either a *burst* (connections opened first, then one `GET /metrics`
+//! on each at once) or *sustained* (open loop: a new connection and scrape every `1/rate`
+//! seconds, whatever the answers). A prober sends `GET /healthz` on a fresh connection
+//! every 10 ms from the first scrape to the last answer: its latency is the loop's.
+
+use std::cell::{Cell, RefCell};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use smol::LocalExecutor;
+
+use crate::client;
+use crate::exporter::registry::{Registry, WalkKind};
+use crate::exporter::{Config, Exporter, Mode};
+
+/// How the scrapes arrive.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// `n` scrapes sent at once on connections opened beforehand.
+    Burst(usize),
+    /// `rate` scrapes per second for `secs` seconds, each on a new connection.
+    Sustained {
+        /// Scrapes per second.
+        rate: u32,
+        /// How long.
+        secs: u32,
+    },
+}
+
+impl Load {
+    /// `burst` or `sustained`, for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Load::Burst(_) => "burst",
+            Load::Sustained { .. } => "sustained",
+        }
+    }
+}
+
+/// What one server did with one load.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// Latencies of 200 answers, ms, sorted.
+    pub served: Vec<f64>,
+    /// Latencies of 503 answers, ms, sorted.
+    pub rejected: Vec<f64>,
+    /// Answers that were neither, and failed requests.
+    pub other: usize,
+    /// What those were (a status, or the error), with how many of each.
+    pub other_kinds: std::collections::BTreeMap<String, usize>,
+    /// `/healthz` latencies during the load, ms, sorted.
+    pub healthz: Vec<f64>,
+    /// Scrape walks the server ran.
+    pub walks: u64,
+    /// The server's peak resident set, KiB (0 where unknown).
+    pub peak_rss_kib: u64,
+}
+
+/// The `q` quantile (nearest rank) of sorted values; 0.0 when empty.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// This process's peak resident set size in KiB (`VmHWM`), where the system says.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The server side, in the child: serves `config` until its stdin closes, then prints one
+/// JSON line with the scrape walks it ran and its peak RSS.
+pub fn serve_child(config: Config) -> io::Result<()> {
+    let registry = Arc::new(Registry::new(config.series, config.walk_delay)?);
+    let exporter = Exporter::spawn(config, registry.clone())?;
+    println!("listening on http://{}", exporter.addr());
+    io::stdout().flush()?;
+    // The parent closes our stdin when its load is done.
+    io::stdin().read_to_end(&mut Vec::new())?;
+    exporter.stop()?;
+    println!(
+        "{{\"walks\":{},\"peak_rss_kib\":{}}}",
+        registry.walks(WalkKind::Scrape),
+        peak_rss_kib().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// A server started by [`spawn_child`].
+#[derive(Debug)]
+pub struct ChildServer {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+/// Starts this executable with `args` (which must make it call [`serve_child`]) and
+/// waits for its address.
+pub fn spawn_child(args: &[String]) -> io::Result<ChildServer> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    let stdout = child.stdout.as_mut().ok_or(io::ErrorKind::BrokenPipe)?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("server said {line:?}")))?;
+    Ok(ChildServer { child, addr })
+}
+
+impl ChildServer {
+    /// Stops the server and reads its walks and peak RSS into `run`.
+    pub fn finish(mut self, run: &mut Run) -> io::Result<()> {
+        drop(self.child.stdin.take());
+        let mut out = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            stdout.read_to_string(&mut out)?;
+        }
+        self.child.wait()?;
+        let number = |key: &str| -> Option<u64> {
+            let at = out.find(&format!("\"{key}\":"))? + key.len() + 3;
+            let digits: String = out[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        };
+        run.walks = number("walks").ok_or_else(|| io::Error::other(out.clone()))?;
+        run.peak_rss_kib = number("peak_rss_kib").unwrap_or(0);
+        Ok(())
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        // Only if `finish` was not reached: this child, by its own handle.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `load` against `addr` with `headers` on every scrape, probing `/healthz` meanwhile.
+pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Result<Run> {
+    let ex = Rc::new(LocalExecutor::new());
+    let request = client::get_request("/metrics", headers);
+    smol::block_on(ex.run(async {
+        let scrapes = async {
+            let mut tasks = Vec::new();
+            match load {
+                Load::Burst(n) => {
+                    // Connect first, so the storm is the requests, not the handshakes.
+                    let mut streams = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        streams.push(smol::net::TcpStream::connect(addr).await?);
+                    }
+                    for stream in streams {
+                        let request = request.clone();
+                        tasks.push(
+                            ex.spawn(async move { client::exchange(stream, &request).await }),
+                        );
+                    }
+                }
+                Load::Sustained { rate, secs } => {
+                    let began = Instant::now();
+                    for i in 0..rate * secs {
+                        let at = began + Duration::from_secs_f64(f64::from(i) / f64::from(rate));
+                        smol::Timer::at(at).await;
+                        let request = request.clone();
+                        tasks.push(ex.spawn(async move {
+                            let sent = Instant::now();
+                            let stream = smol::net::TcpStream::connect(addr).await?;
+                            let mut response = client::exchange(stream, &request).await?;
+                            response.elapsed = sent.elapsed();
+                            Ok(response)
+                        }));
+                    }
+                }
+            }
+            let mut results = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                results.push(task.await);
+            }
+            io::Result::Ok(results)
+        };
+        let done = Cell::new(false);
+        let healthz = RefCell::new(Vec::new());
+        let scrapes = async {
+            let results = scrapes.await;
+            done.set(true);
+            results
+        };
+        let probe = async {
+            while !done.get() {
+                let began = Instant::now();
+                let ok =
+                    matches!(client::get(addr, "/healthz", &[]).await, Ok(r) if r.status == 200);
+                // A failed probe counts as never answered.
+                let took = if ok { began.elapsed() } else { Duration::MAX };
+                healthz.borrow_mut().push(took.as_secs_f64() * 1e3);
+                smol::Timer::after(Duration::from_millis(10)).await;
+            }
+        };
+        let (results, ()) = future::zip(scrapes, probe).await;
+        let results = results?;
+        let mut run = Run::default();
+        for result in results {
+            let ms = |r: &client::Response| r.elapsed.as_secs_f64() * 1e3;
+            match result {
+                Ok(r) if r.status == 200 => run.served.push(ms(&r)),
+                Ok(r) if r.status == 503 => run.rejected.push(ms(&r)),
+                other => {
+                    run.other += 1;
+                    let kind = match other {
+                        Ok(r) => format!("status {}", r.status),
+                        Err(err) => err.to_string(),
+                    };
+                    *run.other_kinds.entry(kind).or_default() += 1;
+                }
+            }
+        }
+        run.healthz = healthz.into_inner();
+        for v in [&mut run.served, &mut run.rejected, &mut run.healthz] {
+            v.sort_by(f64::total_cmp);
+        }
+        Ok(run)
+    }))
+}
+
+/// The arguments that make a child serve `mode` (see [`serve_child`]).
+pub fn child_args(
+    mode: Mode,
+    series: usize,
+    workers: usize,
+    delay: Duration,
+    ttl: Duration,
+) -> Vec<String> {
+    let ms = |d: Duration| d.as_millis().to_string();
+    [
+        "--serve",
+        mode.name(),
+        "--series",
+        &series.to_string(),
+        "--workers",
+        &workers.to_string(),
+        "--walk-delay-ms",
+        &ms(delay),
+        "--cache-ttl-ms",
+        &ms(ttl),
+    ]
+    .map(String::from)
+    .to_vec()
+}
