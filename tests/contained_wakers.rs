@@ -13,40 +13,21 @@ mod common;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Once, mpsc};
+use std::sync::{Arc, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{Counter, Latch, bounded, hold};
+use common::{Counter, Latch, bounded, hold, quiet_expected_panics, recording};
 use futures_lite::Stream;
 use futures_lite::future;
 use loopguard::deadline::Deadline;
-use loopguard::orphan::{OrphanHandler, Report, ReportKind};
+use loopguard::orphan::{OrphanHandler, ReportKind};
 use loopguard::pool::Pool;
 use loopguard::refresh::Refresh;
 use loopguard::shield::Shield;
 
 const LIMIT: Duration = Duration::from_secs(10);
 const BOOM: &str = "expected waker boom";
-
-/// Keeps the expected panics off stderr; every other panic is printed.
-fn quiet_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("");
-            if !message.contains("expected") {
-                default(info)
-            }
-        }));
-    });
-}
 
 /// A waker whose `wake` panics, as a buggy executor's might; it counts its calls first.
 struct PanickingWaker(Counter);
@@ -72,14 +53,6 @@ fn counted_panicking_waker(woken: Counter) -> Waker {
 /// Polls `fut` once with `waker`.
 fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(waker))
-}
-
-/// A handler that keeps every report.
-fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let handler = OrphanHandler::new(move |r: &Report| sink.lock().unwrap().push(r.clone()));
-    (handler, seen)
 }
 
 /// The scheduler state letter (`R`, `S`, ...) of this process's thread named `name`.
@@ -119,7 +92,7 @@ fn wait_parked(name: &str) {
 /// parked workers and they never see the pool is done.
 #[test]
 fn shutdown_completes_when_a_wait_idle_waker_panics() {
-    quiet_panics();
+    quiet_expected_panics();
     let pool = Pool::builder().name("rv-idle").workers(2).build().unwrap();
     let release = Latch::new();
     let (tx, rx) = mpsc::channel();
@@ -163,7 +136,7 @@ fn shutdown_completes_when_a_wait_idle_waker_panics() {
 /// notification loop of `idle.notify(usize::MAX)` stops at the panic.
 #[test]
 fn wait_idle_wakes_every_waiter_when_one_waker_panics() {
-    quiet_panics();
+    quiet_expected_panics();
     let pool = Pool::builder().name("rv-idle2").workers(1).build().unwrap();
     let release = Latch::new();
     let job = hold(&pool, &release);
@@ -187,7 +160,7 @@ fn wait_idle_wakes_every_waiter_when_one_waker_panics() {
 /// the monitor thread, outside any `contain`. Every later stuck job goes unreported.
 #[test]
 fn monitor_reports_later_stuck_jobs_after_a_receiver_waker_panics() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, mut reports) = OrphanHandler::channel(16);
     let pool = Pool::builder()
         .name("rv-monitor")
@@ -240,7 +213,7 @@ fn monitor_reports_later_stuck_jobs_after_a_receiver_waker_panics() {
 /// caller unwinds aborts the process.
 #[test]
 fn dropping_a_failed_job_does_not_panic_when_the_receiver_waker_panics() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, mut reports) = OrphanHandler::channel(16);
     let pool = Pool::builder()
         .name("rv-drop")
@@ -269,7 +242,7 @@ fn dropping_a_failed_job_does_not_panic_when_the_receiver_waker_panics() {
 /// The same for a `Shielded` handle.
 #[test]
 fn dropping_a_failed_shielded_does_not_panic_when_the_receiver_waker_panics() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, mut reports) = OrphanHandler::channel(16);
     let shield = Shield::with_handler("rv-shield", handler);
     let (runner, handle) = shield.wrap(async { panic!("expected shield boom") });
@@ -292,7 +265,7 @@ fn dropping_a_failed_shielded_does_not_panic_when_the_receiver_waker_panics() {
 /// panicked job, which the starter then reports to the orphan handler as a failure.
 #[test]
 fn a_refresh_joiner_waker_panic_strands_no_joiner_and_reports_nothing() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, reports) = recording();
     let pool = Pool::builder()
         .name("rv-refresh")
@@ -367,7 +340,7 @@ fn a_refresh_joiner_waker_panic_strands_no_joiner_and_reports_nothing() {
 /// `cargo test --test review_contain` and `cargo test --release --test review_contain`.
 #[test]
 fn wait_idle_still_wakes_after_a_panicking_waiter_left() {
-    quiet_panics();
+    quiet_expected_panics();
     let pool = Pool::builder().name("rv-idle3").workers(1).build().unwrap();
     let release = Latch::new();
     let job = hold(&pool, &release);

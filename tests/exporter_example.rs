@@ -1,4 +1,4 @@
-//! `examples/registry_exporter.rs`, the file a user copies, run as a process and driven over
+//! `examples/registry_exporter/`, the example a user copies, run as a process and driven over
 //! loopback: refusal with `Retry-After`, gzip, honest gauges, a connection flood, shutdown.
 //!
 //! `cargo test` builds the examples before it runs tests; the binary is found next to this
@@ -26,10 +26,15 @@ impl Exporter {
         let test = std::env::current_exe().unwrap();
         let bin = test.parent().unwrap().parent().unwrap().join("examples");
         let bin = bin.join(format!("registry_exporter{}", std::env::consts::EXE_SUFFIX));
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/registry_exporter.rs");
+        let sources = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/registry_exporter");
         let modified = |path: &std::path::Path| std::fs::metadata(path)?.modified();
-        let fresh = match (modified(&bin), modified(source.as_ref())) {
-            (Ok(built), Ok(edited)) => built >= edited,
+        let edited = std::fs::read_dir(sources)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| modified(&entry.ok()?.path()).ok())
+            .max();
+        let fresh = match (modified(&bin), edited) {
+            (Ok(built), Some(edited)) => built >= edited,
             (built, _) => built.is_ok(),
         };
         // `cargo test --test exporter_example` alone builds no example.

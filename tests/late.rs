@@ -6,70 +6,19 @@
 
 mod common;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, Once};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Latch, bounded};
+use common::{LandsAtDeadline, Latch, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
 use loopguard::Fallible;
 use loopguard::deadline::{Deadline, Expired};
-use loopguard::orphan::{OrphanHandler, Report};
+use loopguard::orphan::Report;
 use loopguard::pool::{Pool, RunError};
 use loopguard::refresh::{Refresh, RefreshError};
 use loopguard::shield::Shield;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Keeps the expected panics of these tests off stderr; every other panic is printed.
-fn quiet_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("");
-            if message != "expected boom" {
-                default(info)
-            }
-        }));
-    });
-}
-
-/// A handler that keeps every report.
-fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let handler = OrphanHandler::new(move |r: &Report| sink.lock().unwrap().push(r.clone()));
-    (handler, seen)
-}
-
-/// Polls `inner`, and when it is ready, holds on to its output until `deadline` has
-/// passed: the output lands in the very poll in which the deadline passes, the placement
-/// in which a deadline that re-checks the clock would drop it.
-struct LandsAtDeadline<F> {
-    inner: F,
-    deadline: Deadline,
-}
-
-impl<F: Future + Unpin> Future for LandsAtDeadline<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let deadline = self.deadline;
-        let output = std::task::ready!(Pin::new(&mut self.inner).poll(cx));
-        while !deadline.is_expired() {
-            std::hint::spin_loop();
-        }
-        Poll::Ready(output)
-    }
-}
 
 /// A deadline comfortably ahead of now, so the first poll starts inside it.
 fn soon() -> Deadline {
@@ -78,7 +27,7 @@ fn soon() -> Deadline {
 
 on_every_executor! {
     async fn a_late_job_failure_is_returned_by_deadline_run() {
-        quiet_panics();
+        quiet_expected_panics();
         let (handler, seen) = recording();
         let pool = Pool::builder().workers(1).on_orphan(handler).build().unwrap();
 
@@ -113,7 +62,7 @@ on_every_executor! {
 
 on_every_executor! {
     async fn a_late_run_failure_is_returned_by_deadline_run() {
-        quiet_panics();
+        quiet_expected_panics();
         let (handler, seen) = recording();
         let pool = Pool::builder().workers(1).on_orphan(handler).build().unwrap();
         let release = Latch::new();
@@ -135,7 +84,7 @@ on_every_executor! {
 
 on_every_executor! {
     async fn a_late_shielded_failure_is_returned_by_deadline_run() {
-        quiet_panics();
+        quiet_expected_panics();
         let (handler, seen) = recording();
         let shield = Shield::with_handler("late", handler);
         let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("late err") }));
@@ -217,7 +166,7 @@ where
         Box<dyn Fn() -> bool>,
     ),
 {
-    quiet_panics();
+    quiet_expected_panics();
     let started = Instant::now();
     let mut lost = 0;
     let mut twice = 0;

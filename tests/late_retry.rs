@@ -11,14 +11,11 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Once};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::bounded;
+use common::{LandsAtDeadline, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
-use loopguard::orphan::{OrphanHandler, Report};
 use loopguard::pool::Pool;
 use loopguard::retry::{Retry, RetryError};
 use loopguard::{Fallible, Panicked};
@@ -26,51 +23,6 @@ use loopguard::{Fallible, Panicked};
 const LIMIT: Duration = Duration::from_secs(30);
 /// Rounds per test: each lands one output in the poll its deadline passes in.
 const ROUNDS: usize = 200;
-
-fn quiet_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("");
-            if message != "expected boom" {
-                default(info)
-            }
-        }));
-    });
-}
-
-fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let handler = OrphanHandler::new(move |r: &Report| sink.lock().unwrap().push(r.clone()));
-    (handler, seen)
-}
-
-/// Polls `inner`; once it is ready, holds its output until `deadline` has passed, so the
-/// output lands in the very poll in which the deadline passes.
-struct LandsAtDeadline<F> {
-    inner: F,
-    deadline: Deadline,
-}
-
-impl<F: Future + Unpin> Future for LandsAtDeadline<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let deadline = self.deadline;
-        let output = std::task::ready!(Pin::new(&mut self.inner).poll(cx));
-        while !deadline.is_expired() {
-            std::hint::spin_loop();
-        }
-        Poll::Ready(output)
-    }
-}
 
 fn soon() -> Deadline {
     Deadline::after(Duration::from_millis(30))
@@ -82,7 +34,7 @@ fn soon() -> Deadline {
 /// reported (src/retry/mod.rs, the `Ok(Ok(_)) if deadline.is_expired()` arm).
 #[test]
 fn retry_does_not_drop_a_late_fallible_err() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, seen) = recording();
     let pool = Pool::builder()
         .workers(1)
@@ -125,7 +77,7 @@ fn retry_does_not_drop_a_late_fallible_err() {
 /// moved and returns the late *success*; the panic itself is neither returned nor reported.
 #[test]
 fn within_does_not_return_a_late_success_when_retry_swallowed_the_failure() {
-    quiet_panics();
+    quiet_expected_panics();
     let (handler, seen) = recording();
     let pool = Pool::builder()
         .workers(1)

@@ -6,18 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Counter, Latch, poll_once};
+use common::{Counter, Latch, poll_once, recording};
 use loopguard::Fallible;
-use loopguard::orphan::{OrphanHandler, Report, ReportKind};
+use loopguard::orphan::{OrphanHandler, ReportKind};
 use loopguard::pool::Pool;
-
-/// A handler that records every report.
-fn recording() -> (OrphanHandler, Arc<Mutex<Vec<Report>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    let handler = OrphanHandler::new(move |report| sink.lock().unwrap().push(report.clone()));
-    (handler, seen)
-}
 
 fn pool_with(handler: OrphanHandler, workers: usize) -> Pool {
     Pool::builder()

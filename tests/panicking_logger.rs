@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Latch, bounded};
+use common::{Latch, bounded, quiet_expected_panics};
 use futures_lite::future::block_on;
 use loopguard::Fallible;
 use loopguard::orphan::OrphanHandler;
@@ -43,21 +43,7 @@ static LOGGER: PanickingLogger = PanickingLogger {
 fn install() {
     let _ = log::set_logger(&LOGGER);
     log::set_max_level(log::LevelFilter::Trace);
-    quiet();
-}
-
-/// Keeps the expected panics off stderr.
-fn quiet() {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let text = info.payload().downcast_ref::<&str>().copied().unwrap_or("");
-            if !text.starts_with("expected ") {
-                default(info)
-            }
-        }));
-    });
+    quiet_expected_panics();
 }
 
 /// Waits (bounded) until `f` holds: for state that has no event to wait on.

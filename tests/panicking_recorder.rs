@@ -87,13 +87,7 @@ fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         metrics::set_global_recorder(PanickingRecorder).expect("no other recorder here");
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let text = info.payload().downcast_ref::<&str>().copied().unwrap_or("");
-            if !text.starts_with("expected ") {
-                default(info)
-            }
-        }));
+        common::quiet_expected_panics();
     });
 }
 

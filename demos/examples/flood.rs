@@ -1,4 +1,4 @@
-//! Connection floods against `examples/registry_exporter.rs`: do scrapers still get in?
+//! Connection floods against `examples/registry_exporter/`: do scrapers still get in?
 //!
 //! ```text
 //! cargo build --release --example registry_exporter

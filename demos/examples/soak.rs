@@ -3,6 +3,8 @@
 //!
 //! ```sh
 //! cargo run --release --example soak -- [--jobs N] [--workers W] [--seed S] [--json]
+//!     [--faults P] [--panic-handler P] [--panic-logger P] [--panic-recorder P]
+//!     [--panic-wakers P]
 //! ```
 //!
 //! Each job id gets, from a seeded `fastrand` generator, an outcome (success, `Err`, panic),
@@ -26,8 +28,19 @@
 //!
 //! Also checked (reported, and failing the run, but not in the JSON line): no failure was
 //! seen for a job that did not fail or never ran, concurrency never exceeded the capacity,
-//! and the pool's own counters agree. `--json` prints one last line with the counts. The
-//! exit code is non-zero if any check fails.
+//! the pools' own counters agree, and `shutdown()` returns. `--json` prints one last line
+//! with the counts. The exit code is non-zero if any check fails.
+//!
+//! A quarter of the jobs run on a second pool whose orphan handler is the default one: it
+//! logs, and a logger installed here traces each report back to its job.
+//!
+//! # Faults
+//!
+//! With `--panic-handler P`, `--panic-logger P`, `--panic-recorder P` or `--panic-wakers P`
+//! (a probability; `--faults P` sets all four), the code loopguard calls panics at random:
+//! the orphan handler and the logger after recording a report, a metrics recorder on any
+//! update, and the clients' wakers after waking their task. loopguard must contain every
+//! one of them: the counts above stay 0 and `shutdown()` still returns.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -44,6 +57,7 @@ use futures_lite::future;
 use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, ReportKind};
 use loopguard::pool::{Pool, RunError, TryRunError};
+use loopguard_demos::faults::{self, FaultyWakers, PanickingRecorder, TracingLogger};
 
 const DEFAULT_SEED: u64 = 0x5eed_1007_6a2d;
 const PANIC_PREFIX: &str = "soak panic job ";
@@ -74,7 +88,26 @@ struct Options {
     workers: usize,
     seed: u64,
     json: bool,
+    faults: Faults,
 }
+
+/// How likely each kind of code loopguard calls is to panic.
+#[derive(Debug, Default, Clone, Copy)]
+struct Faults {
+    handler: f64,
+    logger: f64,
+    recorder: f64,
+    wakers: f64,
+}
+
+impl Faults {
+    fn any(&self) -> bool {
+        self.handler + self.logger + self.recorder + self.wakers > 0.0
+    }
+}
+
+const USAGE: &str = "usage: soak [--jobs N] [--workers W] [--seed S] [--json] [--faults P] \
+[--panic-handler P] [--panic-logger P] [--panic-recorder P] [--panic-wakers P]";
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
@@ -82,24 +115,40 @@ fn parse_args() -> Result<Options, String> {
         workers: 4,
         seed: DEFAULT_SEED,
         json: false,
+        faults: Faults::default(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| {
-            args.next()
-                .ok_or_else(|| format!("{name} needs a value"))
-                .and_then(|v| v.parse::<u64>().map_err(|e| format!("{name} {v:?}: {e}")))
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        let number =
+            |name: &str, v: String| v.parse::<u64>().map_err(|e| format!("{name} {v:?}: {e}"));
+        let probability = |name: &str, v: String| match v.parse::<f64>() {
+            Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            _ => Err(format!("{name} {v:?}: a probability, between 0 and 1")),
         };
+        let faults = &mut options.faults;
         match arg.as_str() {
-            "--jobs" => options.jobs = value("--jobs")?,
+            "--jobs" => options.jobs = number("--jobs", value("--jobs")?)?,
             "--workers" => {
-                options.workers = usize::try_from(value("--workers")?).map_err(|e| e.to_string())?
+                let workers = number("--workers", value("--workers")?)?;
+                options.workers = usize::try_from(workers).map_err(|e| e.to_string())?
             }
-            "--seed" => options.seed = value("--seed")?,
+            "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--json" => options.json = true,
-            "-h" | "--help" => {
-                return Err("usage: soak [--jobs N] [--workers W] [--seed S] [--json]".into());
+            "--faults" => {
+                let p = probability("--faults", value("--faults")?)?;
+                *faults = Faults {
+                    handler: p,
+                    logger: p,
+                    recorder: p,
+                    wakers: p,
+                };
             }
+            "--panic-handler" => faults.handler = probability(&arg, value(&arg)?)?,
+            "--panic-logger" => faults.logger = probability(&arg, value(&arg)?)?,
+            "--panic-recorder" => faults.recorder = probability(&arg, value(&arg)?)?,
+            "--panic-wakers" => faults.wakers = probability(&arg, value(&arg)?)?,
+            "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
     }
@@ -119,8 +168,9 @@ struct Ledger {
     /// Orphan reports that could not be traced to a job (must stay 0).
     untraceable: AtomicU64,
     stuck_reports: AtomicU64,
-    running: AtomicUsize,
-    max_running: AtomicUsize,
+    /// Jobs running now on each pool, and the most there ever were.
+    running: [AtomicUsize; 2],
+    max_running: [AtomicUsize; 2],
 }
 
 impl Ledger {
@@ -134,9 +184,22 @@ impl Ledger {
             reported: vec32(),
             untraceable: AtomicU64::new(0),
             stuck_reports: AtomicU64::new(0),
-            running: AtomicUsize::new(0),
-            max_running: AtomicUsize::new(0),
+            running: Default::default(),
+            max_running: Default::default(),
         }
+    }
+
+    /// Traces a logged orphan report (`Report`'s `Display`) to its job.
+    fn logged(&self, text: &str) {
+        let kind = if text.contains(" panicked after ") {
+            ReportKind::Panicked
+        } else if text.contains(" failed after ") {
+            ReportKind::Failed
+        } else {
+            ReportKind::Stuck
+        };
+        let message = text.split_once("s: ").map_or("", |(_, message)| message);
+        self.reported(kind, message);
     }
 
     fn returned(&self, id: u64) {
@@ -172,18 +235,19 @@ impl Ledger {
 /// its `Err` is a failure to report when nobody awaits it.
 fn job(
     ledger: Arc<Ledger>,
+    pool: usize,
     id: u64,
     outcome: Outcome,
     sleep: Duration,
 ) -> Fallible<impl FnOnce() -> Result<u64, Failure> + Send + 'static> {
     Fallible(move || {
-        let now = ledger.running.fetch_add(1, Ordering::AcqRel) + 1;
-        ledger.max_running.fetch_max(now, Ordering::AcqRel);
+        let now = ledger.running[pool].fetch_add(1, Ordering::AcqRel) + 1;
+        ledger.max_running[pool].fetch_max(now, Ordering::AcqRel);
         ledger.ran[id as usize].store(true, Ordering::Release);
         if !sleep.is_zero() {
             std::thread::sleep(sleep);
         }
-        ledger.running.fetch_sub(1, Ordering::AcqRel);
+        ledger.running[pool].fetch_sub(1, Ordering::AcqRel);
         match outcome {
             Outcome::Ok => Ok(id),
             Outcome::Err => Err(Failure(id)),
@@ -218,7 +282,7 @@ fn settle<E>(ledger: &Ledger, id: u64, result: Result<Result<u64, Failure>, E>, 
 }
 
 async fn client(
-    pool: Pool,
+    pools: [Pool; 2],
     ledger: Arc<Ledger>,
     next: Rc<Cell<u64>>,
     jobs: u64,
@@ -251,7 +315,10 @@ async fn client(
             _ => Duration::from_micros(rng.u64(20..200)),
         };
         ledger.fails[id as usize].store(outcome != Outcome::Ok, Ordering::Relaxed);
-        let body = job(ledger.clone(), id, outcome, sleep);
+        // A quarter of the jobs go to the pool whose handler logs.
+        let which = usize::from(id % 4 == 3);
+        let body = job(ledger.clone(), which, id, outcome, sleep);
+        let pool = &pools[which];
 
         match submit {
             Submit::RunAwait => {
@@ -303,7 +370,7 @@ async fn client(
                     }
                     Poll::Pending => {
                         // Check again soon: the start of a job wakes nobody.
-                        cx.waker().wake_by_ref();
+                        faults::wake_own(cx.waker());
                         Poll::Pending
                     }
                 })
@@ -319,6 +386,19 @@ async fn client(
             }
         }
     }
+}
+
+/// Whether `fut` finished within `limit`.
+async fn within(limit: Duration, fut: impl Future<Output = ()>) -> bool {
+    let done = async {
+        fut.await;
+        true
+    };
+    let late = async {
+        smol::Timer::after(limit).await;
+        false
+    };
+    future::or(done, late).await
 }
 
 fn main() -> ExitCode {
@@ -338,7 +418,7 @@ fn main() -> ExitCode {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        if !message.starts_with(PANIC_PREFIX) {
+        if !message.starts_with(PANIC_PREFIX) && !message.starts_with(faults::FAULT) {
             default_hook(info);
         }
     }));
@@ -348,25 +428,49 @@ fn main() -> ExitCode {
         eprintln!("--jobs {jobs} is too many for this platform");
         return ExitCode::from(2);
     };
+    let faults = options.faults;
     println!(
-        "soak: {jobs} jobs, {} workers, seed {:#x}",
+        "soak: {jobs} jobs, {} workers, seed {:#x}, faults {faults:?}",
         options.workers, options.seed
     );
 
     let ledger = Arc::new(Ledger::new(len));
+    // Before any pool: handles are taken when a pool is built.
+    if faults.recorder > 0.0 {
+        let recorder = PanickingRecorder::new(faults.recorder);
+        if let Err(err) = metrics::set_global_recorder(recorder) {
+            eprintln!("cannot install the recorder: {err}");
+            return ExitCode::from(2);
+        }
+    }
+    // The second pool's reports come through the default handler, so through `log`.
+    let traced = ledger.clone();
+    let logger = TracingLogger::install(faults.logger, move |text| traced.logged(text));
+    if let Err(err) = logger {
+        eprintln!("cannot install the logger: {err}");
+        return ExitCode::from(2);
+    }
     let handler = {
         let ledger = ledger.clone();
-        OrphanHandler::new(move |report| ledger.reported(report.kind(), report.message()))
+        OrphanHandler::new(move |report| {
+            ledger.reported(report.kind(), report.message());
+            faults::maybe_panic(faults.handler, "orphan handler");
+        })
     };
-    let pool = match Pool::builder()
-        .name("soak")
-        .workers(options.workers)
-        .on_orphan(handler)
-        .build()
-    {
-        Ok(pool) => pool,
-        Err(err) => {
-            eprintln!("cannot build the pool: {err}");
+    let build = |name: &str, handler: OrphanHandler| {
+        Pool::builder()
+            .name(name)
+            .workers(options.workers)
+            .on_orphan(handler)
+            .build()
+    };
+    let pools = match (
+        build("soak", handler),
+        build("soak-log", OrphanHandler::log()),
+    ) {
+        (Ok(pool), Ok(logged)) => [pool, logged],
+        (Err(err), _) | (_, Err(err)) => {
+            eprintln!("cannot build the pools: {err}");
             return ExitCode::from(2);
         }
     };
@@ -379,33 +483,35 @@ fn main() -> ExitCode {
         let next = Rc::new(Cell::new(0u64));
         let tasks: Vec<_> = (0..clients)
             .map(|_| {
-                executor.spawn(client(
-                    pool.clone(),
+                let client = client(
+                    pools.clone(),
                     ledger.clone(),
                     next.clone(),
                     jobs,
                     options.seed,
                     tally.clone(),
-                ))
+                );
+                executor.spawn(FaultyWakers::new(Box::pin(client), faults.wakers))
             })
             .collect();
         for task in tasks {
             task.await;
         }
         // Orphans may still run; a leaked slot would make this wait forever, so bound it.
-        future::or(
-            async {
+        within(Duration::from_secs(30), async {
+            for pool in &pools {
                 pool.wait_idle().await;
-                true
-            },
-            async {
-                smol::Timer::after(Duration::from_secs(30)).await;
-                false
-            },
-        )
+            }
+        })
         .await
     }));
     let secs = began.elapsed().as_secs_f64();
+    let leaked_slots: usize = pools.iter().map(Pool::in_use).sum();
+    let shut_down = smol::block_on(within(Duration::from_secs(30), async {
+        for pool in &pools {
+            pool.shutdown().await;
+        }
+    }));
 
     // Tally the ledger.
     let (mut ran, mut failed, mut lost, mut duplicated, mut spurious) = (0u64, 0u64, 0, 0, 0);
@@ -423,9 +529,13 @@ fn main() -> ExitCode {
             (false, _) => spurious += 1,
         }
     }
-    let leaked_slots = pool.in_use();
-    let stats = pool.stats();
-    let finished = stats.jobs_ok + stats.jobs_error + stats.jobs_panicked;
+    let stats: Vec<_> = pools.iter().map(Pool::stats).collect();
+    let sum = |f: fn(&loopguard::pool::PoolStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let finished = sum(|s| s.jobs_ok + s.jobs_error + s.jobs_panicked);
+    let orphaned_failures = sum(|s| s.orphaned_failures);
+    let rejected = sum(|s| s.rejected);
+    let contained = loopguard::telemetry::contained_panics();
+    let injected = faults::INJECTED.load(Ordering::Relaxed);
     let reported: u64 = ledger
         .reported
         .iter()
@@ -437,11 +547,22 @@ fn main() -> ExitCode {
         .map(|n| u64::from(n.load(Ordering::Relaxed)))
         .sum();
     let untraceable = ledger.untraceable.load(Ordering::Relaxed);
-    let max_running = ledger.max_running.load(Ordering::Relaxed);
+    let max_running = ledger
+        .max_running
+        .iter()
+        .map(|m| m.load(Ordering::Relaxed))
+        .max();
+    let max_running = max_running.unwrap_or(0);
 
     let mut problems = Vec::new();
     if !settled {
         problems.push("wait_idle did not resolve within 30 s".to_string());
+    }
+    if !shut_down {
+        problems.push("shutdown did not return within 30 s".to_string());
+    }
+    if faults.any() && injected == 0 {
+        problems.push("faults were asked for, none was injected".to_string());
     }
     if spurious > 0 {
         problems.push(format!(
@@ -462,10 +583,9 @@ fn main() -> ExitCode {
     if finished != ran {
         problems.push(format!("pool counted {finished} finished jobs, {ran} ran"));
     }
-    if stats.orphaned_failures != reported + untraceable {
+    if orphaned_failures != reported + untraceable {
         problems.push(format!(
-            "pool counted {} orphaned failures, the handler saw {}",
-            stats.orphaned_failures,
+            "pools counted {orphaned_failures} orphaned failures, the handlers saw {}",
             reported + untraceable
         ));
     }
@@ -478,13 +598,13 @@ fn main() -> ExitCode {
         tally.orphaned.get(),
         tally.cancelled_unstarted.get(),
         tally.rejected.get(),
-        stats.rejected,
+        rejected,
         options.workers,
         ledger.stuck_reports.load(Ordering::Relaxed),
     );
     println!(
         "leaked slots {leaked_slots}, lost failures {lost}, duplicated failures {duplicated}, \
-         {secs:.2}s"
+         faults injected {injected} (loopguard contained {contained} panics), {secs:.2}s"
     );
     for problem in &problems {
         println!("FAIL: {problem}");
@@ -492,7 +612,9 @@ fn main() -> ExitCode {
     if options.json {
         println!(
             "{{\"jobs\":{jobs},\"secs\":{secs:.3},\"leaked_slots\":{leaked_slots},\
-             \"lost_failures\":{lost},\"duplicated_failures\":{duplicated}}}"
+             \"lost_failures\":{lost},\"duplicated_failures\":{duplicated},\
+             \"faults_injected\":{injected},\"contained_panics\":{contained},\
+             \"shutdown\":{shut_down}}}"
         );
     }
     if leaked_slots == 0 && lost == 0 && duplicated == 0 && problems.is_empty() {

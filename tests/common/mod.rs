@@ -284,3 +284,57 @@ impl metrics::Recorder for MapRecorder {
         metrics::Histogram::noop()
     }
 }
+
+/// Keeps panics whose message starts with `expected ` (the tests' own, on purpose) off
+/// stderr; every other panic is printed as usual. Installed once per test binary.
+pub fn quiet_expected_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("");
+            if !message.starts_with("expected ") {
+                default(info)
+            }
+        }));
+    });
+}
+
+/// An orphan handler that keeps every report.
+pub fn recording() -> (
+    loopguard::orphan::OrphanHandler,
+    Arc<Mutex<Vec<loopguard::orphan::Report>>>,
+) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let handler = loopguard::orphan::OrphanHandler::new(move |report| {
+        sink.lock().unwrap().push(report.clone())
+    });
+    (handler, seen)
+}
+
+/// Polls `inner`, and when it is ready, holds on to its output until `deadline` has
+/// passed: the output lands in the very poll in which the deadline passes, the placement
+/// in which a deadline that re-checks the clock would drop it.
+pub struct LandsAtDeadline<F> {
+    pub inner: F,
+    pub deadline: loopguard::deadline::Deadline,
+}
+
+impl<F: Future + Unpin> Future for LandsAtDeadline<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let deadline = self.deadline;
+        let output = std::task::ready!(Pin::new(&mut self.inner).poll(cx));
+        while !deadline.is_expired() {
+            std::hint::spin_loop();
+        }
+        Poll::Ready(output)
+    }
+}

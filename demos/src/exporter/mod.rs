@@ -1,5 +1,5 @@
 //! The registry exporter's serving code with the offload switchable, for the storm and the
-//! tests. The exporter to copy is the root crate's `examples/registry_exporter.rs`; this is
+//! tests. The exporter to copy is the root crate's `examples/registry_exporter/`; this is
 //! the same server with [`Mode`]s, walk counters and test hooks.
 //!
 //! One single-threaded loop (an `async_executor::LocalExecutor` driven by `smol::block_on`)
