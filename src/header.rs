@@ -19,6 +19,10 @@
 //! timeout the offset uses up leaves the default. [`request_deadline`] spends the earliest
 //! of all three headers at once.
 //!
+//! The other way round, a server that turns a caller away says when to come back in
+//! [`RETRY_AFTER_HEADER`]; [`retry_after`] reads it, with the same never-panic rules, for a
+//! [`Retry`](crate::retry::Retry) rule to honour.
+//!
 //! # Examples
 //!
 //! ```
@@ -38,7 +42,7 @@
 //! assert!(deadline.remaining().unwrap() <= Duration::from_millis(2500));
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::deadline::Deadline;
 
@@ -283,6 +287,64 @@ pub fn request_deadline<'a>(
     offset: Duration,
 ) -> Deadline {
     Deadline::after(request_budget(lookup, default, offset))
+}
+
+/// The response header in which a server says how long to wait before trying again
+/// (RFC 9110, section 10.2.3): whole seconds (`120`) or an HTTP-date.
+///
+/// # Examples
+///
+/// ```
+/// assert!(loopguard::header::RETRY_AFTER_HEADER.eq_ignore_ascii_case("retry-after"));
+/// ```
+pub const RETRY_AFTER_HEADER: &str = "Retry-After";
+
+/// How long to wait, from now, as a [`RETRY_AFTER_HEADER`] value says: delay-seconds (1
+/// to 20 ASCII digits, `0` included: try again at once) or an HTTP-date (the three forms
+/// RFC 9110 allows, parsed by [`httpdate`]; a date in the past means at once). Anything else
+/// (empty, signed, fractional, overflowing, not UTF-8) is `None`. Never panics.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use loopguard::header::retry_after;
+///
+/// assert_eq!(retry_after(b"120"), Some(Duration::from_secs(120)));
+/// assert_eq!(retry_after(b"0"), Some(Duration::ZERO));
+/// assert_eq!(retry_after(b"Thu, 01 Jan 1970 00:00:00 GMT"), Some(Duration::ZERO));
+/// let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(60));
+/// assert!(retry_after(later.as_bytes()).unwrap() <= Duration::from_secs(60));
+/// assert_eq!(retry_after(b"-1"), None);
+/// assert_eq!(retry_after(b"1.5"), None);
+/// ```
+pub fn retry_after(value: &[u8]) -> Option<Duration> {
+    retry_after_at(value, SystemTime::now())
+}
+
+/// [`retry_after`] as seen at `now`: an HTTP-date is counted from `now`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use loopguard::header::retry_after_at;
+///
+/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777); // 06 Nov 1994 08:49:37
+/// assert_eq!(
+///     retry_after_at(b"Sun, 06 Nov 1994 08:51:37 GMT", now),
+///     Some(Duration::from_secs(120))
+/// );
+/// assert_eq!(retry_after_at(b" 30 ", now), Some(Duration::from_secs(30)));
+/// ```
+pub fn retry_after_at(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let raw = value.trim_ascii();
+    if raw.first().is_some_and(u8::is_ascii_digit) {
+        // delay-seconds: 1*DIGIT; `digits` refuses anything else and any overflow.
+        return digits(raw, 20).map(Duration::from_secs);
+    }
+    let date = httpdate::parse_http_date(std::str::from_utf8(raw).ok()?).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// 1 to `max` ASCII digits as a number, or `None` (no sign, no other character, no

@@ -41,6 +41,13 @@
 //!   reject-when-busy.
 //! - [`operation`]: one duration observation per operation, `cancelled` when its future is
 //!   dropped, the clock started before the first queue.
+//! - `tower` (feature `tower`, off by default): an admission layer for HTTP services on
+//!   any executor (hyper through `smol-hyper`, axum through `smol-axum`): a 503 with
+//!   `Retry-After` at once when no slot is free, or a FIFO wait within the request's
+//!   deadline; the slot held until the response body has been written; per-key admission;
+//!   the request's [`Deadline`](deadline::Deadline) from its timeout headers. And on the
+//!   client side, [`retry::Retry::decide`] honours a server's `Retry-After`
+//!   ([`header::retry_after`]) within the deadline.
 //!
 //! # Where things are
 //!
@@ -101,15 +108,17 @@
 //! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
 //! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; deliveries and wake-ups come first |
 //! | a `Waker`'s `wake` | a worker thread, the releasing or closing thread | contained: the other waiters are still woken, the slot still handed on |
-//! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded` | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
+//! | a `Waker`'s `clone`, during *your* poll of a `Job`, `Run`, `Acquire`, `Shielded`, a waiting layer's response future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
 //! | a key's `Hash` or `Eq` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash and compare without panicking, as a `HashMap`'s must |
+//! | (feature `tower`) the inner service's `call`, its future, its response body; the key closure of a keyed layer | your server's task | the panic is yours; the request's slot is released as it unwinds (a key closure runs before anything is held) |
 //!
 //! "Contained" means caught where it happens: it kills no worker, leaks no slot, strands no
 //! waiter and loses no report, and it leaves a trace (a line on stderr for the first few,
 //! and [`telemetry::contained_panics`]).
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -133,6 +142,9 @@ pub mod refresh;
 pub mod retry;
 pub mod shield;
 pub mod telemetry;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use crate::failure::{Fallible, Panicked};
 

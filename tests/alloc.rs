@@ -1,6 +1,8 @@
 //! Heap allocations on the hot paths, counted by a global allocator in this test binary of
 //! its own: none on a refused `try_run` (counted on the calling thread only), and at most
-//! two per admitted and awaited job (counted on every thread, the workers included).
+//! two per admitted and awaited job (counted on every thread, the workers included). The
+//! tower layer: two per refused request (the `HeaderMap` tables of the 503's one header,
+//! which any `http::Response` with a header allocates), four per admitted one.
 //!
 //! The crate forbids `unsafe`; a test binary is a crate of its own, and a counting allocator
 //! needs the one `unsafe impl` below, which only forwards to `System`.
@@ -216,4 +218,87 @@ fn load_signals_allocate_nothing_on_their_hot_paths() {
         "{allocations} allocations for 1000 demand changes and keyed rejections"
     );
     drop(held);
+}
+
+/// A no-op HTTP service: the bare service the layer is measured against.
+#[derive(Clone)]
+struct Noop;
+
+impl tower_service::Service<http::Request<()>> for Noop {
+    type Response = http::Response<http_body_util::Empty<hyper::body::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<()>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new(http_body_util::Empty::new())))
+    }
+}
+
+/// Calls `service` once and returns the response (the future is ready at once).
+fn call_once<S>(service: &mut S) -> S::Response
+where
+    S: tower_service::Service<http::Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    use std::future::Future as _;
+    let mut future = std::pin::pin!(service.call(http::Request::new(())));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(response) => response.unwrap(),
+        std::task::Poll::Pending => panic!("a no-op service is ready at once"),
+    }
+}
+
+#[test]
+fn the_tower_layer_allocates_two_tables_per_refusal() {
+    use tower_layer::Layer as _;
+
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let layer = loopguard::tower::AdmissionLayer::new(1);
+    let mut service = layer.layer(Noop);
+    let mut bare = Noop;
+
+    // The bare service, for reference.
+    drop(call_once(&mut bare));
+    let before = on_this_thread();
+    for _ in 0..1_000 {
+        drop(call_once(&mut bare));
+    }
+    let bare_allocs = on_this_thread() - before;
+
+    // Admitted: the grant shared by the body and the `Slot` extension, and the extension map.
+    drop(call_once(&mut service));
+    let before = on_this_thread();
+    for _ in 0..1_000 {
+        drop(call_once(&mut service));
+    }
+    let admitted = (on_this_thread() - before) as f64 / 1000.0;
+
+    // Refused: the slot is held by a response whose body is not written.
+    let held = call_once(&mut service);
+    drop(call_once(&mut service));
+    let before = on_this_thread();
+    for _ in 0..1_000 {
+        let refused = call_once(&mut service);
+        assert_eq!(refused.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[http::header::RETRY_AFTER], "1");
+    }
+    let refused = (on_this_thread() - before) as f64 / 1000.0;
+    drop(held);
+    assert_eq!(layer.in_use(), 0);
+    eprintln!(
+        "tower layer: bare {:.3}, admitted {admitted:.3}, refused {refused:.3} allocations per request",
+        bare_allocs as f64 / 1000.0
+    );
+    assert_eq!(bare_allocs, 0, "the bare service allocates {bare_allocs}");
+    // The header map's two tables: what any `http::Response` with one header costs.
+    assert!(refused <= 2.0, "{refused} allocations per refusal");
+    assert!(admitted <= 4.0, "{admitted} allocations per admission");
 }

@@ -10,6 +10,7 @@ fn send<T: Send>() {}
 fn unpin<T: Unpin>() {}
 
 type Closure = fn() -> u32;
+type Keyed = loopguard::tower::Keyed<String, fn(&http::request::Parts) -> String>;
 
 #[test]
 fn public_types_are_send_and_sync() {
@@ -36,6 +37,13 @@ fn public_types_are_send_and_sync() {
     send_sync::<loopguard::demand::Demand>();
     send_sync::<loopguard::deadline::Deadline>();
     send_sync::<loopguard::operation::Operation>();
+    send_sync::<loopguard::retry::Decision>();
+    send_sync::<loopguard::retry::Decide<fn(&u16) -> loopguard::retry::Decision>>();
+    send_sync::<loopguard::tower::AdmissionLayer>();
+    send_sync::<loopguard::tower::AdmissionLayer<Keyed>>();
+    send_sync::<loopguard::tower::Admission<Closure>>();
+    send_sync::<loopguard::tower::Slot>();
+    send_sync::<loopguard::tower::AdmissionBody<String>>();
     // A non-Sync output is fine: only `Send` is needed to move it back.
     send::<Job<std::cell::Cell<u8>>>();
 }

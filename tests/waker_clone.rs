@@ -95,3 +95,48 @@ fn a_keyed_acquire_whose_waker_clone_panicked_leaves_no_phantom_demand() {
     assert_eq!(gate.tracked_keys(), 0, "the key is never pruned");
     assert!(gate.try_acquire("busy").is_ok());
 }
+
+/// A no-op HTTP service for the tower layer.
+#[derive(Clone)]
+struct Noop;
+
+impl tower_service::Service<http::Request<()>> for Noop {
+    type Response = http::Response<String>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<()>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new("ok".to_string())))
+    }
+}
+
+#[test]
+fn a_waiting_request_whose_waker_clone_panicked_leaves_the_line_when_dropped() {
+    use tower_layer::Layer as _;
+    use tower_service::Service as _;
+
+    let layer = loopguard::tower::AdmissionLayer::new(1).wait_within_deadline();
+    let mut service = layer.layer(Noop);
+    let held = block_on(service.call(http::Request::new(()))).unwrap();
+    let mut waiting = Box::pin(service.call(http::Request::new(())));
+    // The first poll joins the line, then clones the waker: that panics.
+    assert!(
+        poll_with_clone_panic(&mut waiting),
+        "the clone was not called"
+    );
+    assert_eq!(layer.waiting(), 1, "the request is still in line");
+    drop(waiting);
+    assert_eq!(layer.waiting(), 0, "dropping it withdrew it");
+    drop(held);
+    assert_eq!(
+        layer.in_use(),
+        0,
+        "the slot came back, not to the dead waiter"
+    );
+    let next = block_on(service.call(http::Request::new(()))).unwrap();
+    assert_eq!(next.status(), http::StatusCode::OK);
+}

@@ -9,9 +9,11 @@
 //! Runs `--requests` operations at once, sharing one semaphore of `--concurrency` slots
 //! and one pool of as many HTTP/1.1 connections. Each operation's budget starts before it
 //! queues for the semaphore. A 2xx response with its body read in full is a success; 503
-//! is retried; other statuses and connection errors are errors. Prints one JSON line per
-//! operation as it finishes and exits 0 only if every one succeeded (2 on a bad command
-//! line). `--attempt-timeout-ms 0` turns the per-attempt timeout off.
+//! is retried, after the server's `Retry-After` if it sent one (the operation ends at once
+//! when that would be past its budget); other statuses and connection errors are errors.
+//! Prints one JSON line per operation as it finishes and exits 0 only if every one
+//! succeeded (2 on a bad command line). `--attempt-timeout-ms 0` turns the per-attempt
+//! timeout off.
 //!
 //! Try it against any local HTTP server, e.g. `python3 -m http.server 8080`:
 //!

@@ -26,12 +26,15 @@ use std::task::Waker;
 
 use crate::sync::wake;
 
-#[cfg(loopguard_loom)]
+// Only the crate's own unit tests see loom: the crate is also built as a plain library under
+// the same flags (its tests depend on it, with the `tower` feature), and loom is a
+// dev-dependency.
+#[cfg(all(test, loopguard_loom))]
 use loom::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU8, AtomicU64, Ordering},
 };
-#[cfg(not(loopguard_loom))]
+#[cfg(not(all(test, loopguard_loom)))]
 use std::sync::{
     Arc, Mutex, MutexGuard,
     atomic::{AtomicU8, AtomicU64, Ordering},

@@ -6,7 +6,9 @@
 //!
 //! - no attempt starts once the deadline has passed;
 //! - a backoff pause is cut at the deadline, and then no further attempt starts;
-//! - an attempt whose result lands at or after the deadline is not a success.
+//! - an attempt whose result lands at or after the deadline is not a success;
+//! - a server's "retry after D" (see [`Retry::decide`]) replaces the backoff step, and if
+//!   it would land at or after the deadline the retry ends at once, without sleeping.
 //!
 //! Like every deadline in this crate, expiry is cooperative: it is seen when the
 //! retry future is polled, never by interrupting an attempt's thread.
@@ -55,9 +57,16 @@ use futures_lite::ready;
 use crate::deadline::{Deadline, Expired, Sleep, Within};
 use crate::late;
 
+/// Whether a pause of `after` from now would end at or after `deadline`.
+fn ends_past(deadline: Deadline, after: Duration) -> bool {
+    deadline.remaining().is_some_and(|left| after >= left)
+}
+
 mod backoff;
+mod rule;
 
 pub use backoff::Backoff;
+pub use rule::{AlwaysRetry, Decide, Decision, ShouldRetry};
 
 /// A retry policy: attempts, backoff, per-attempt timeout and which errors to retry.
 ///
@@ -193,6 +202,64 @@ impl<P> Retry<P> {
     where
         Q: Fn(&E) -> bool,
     {
+        self.retry_if_rule(rule)
+    }
+
+    /// Like [`retry_if`](Retry::retry_if), with a rule that can also say when to retry: a
+    /// [`Decision::RetryAfter`] (a server's `Retry-After`, from
+    /// [`header::retry_after`](crate::header::retry_after)) replaces the backoff's pause,
+    /// and ends the retry at once with [`RetryError::Deadline`] if it would end at or after
+    /// the deadline: no sleep that can only end in expiry.
+    ///
+    /// The rule is asked twice about an error it retries (whether, then when): keep it a
+    /// plain function of the error. Under [`Deadline::never`] a hint is slept in full,
+    /// however long the server asked for: give calls that honour servers' hints a deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::retry::{Decision, Retry, RetryError};
+    ///
+    /// /// A 503 with the server's `Retry-After`, read with `loopguard::header::retry_after`.
+    /// #[derive(Debug)]
+    /// struct Unavailable { retry_after: Option<Duration> }
+    ///
+    /// let policy = Retry::new().attempts(3).decide(|e: &Unavailable| {
+    ///     e.retry_after.map_or(Decision::Retry, Decision::RetryAfter)
+    /// });
+    /// # futures_lite::future::block_on(async {
+    /// // The server asks for 5 s; the budget is 1 s: the retry ends at once.
+    /// let start = Instant::now();
+    /// let result = policy
+    ///     .run(Deadline::after(Duration::from_secs(1)), |_| async {
+    ///         Err::<(), _>(Unavailable { retry_after: Some(Duration::from_secs(5)) })
+    ///     })
+    ///     .await;
+    /// assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })));
+    /// assert!(start.elapsed() < Duration::from_millis(500));
+    /// # });
+    /// ```
+    pub fn decide<E, Q>(self, rule: Q) -> Retry<Decide<Q>>
+    where
+        Q: Fn(&E) -> Decision,
+    {
+        self.retry_if_rule(Decide::new(rule))
+    }
+
+    /// Like [`retry_if`](Retry::retry_if), with any [`ShouldRetry`] rule (one of your own
+    /// that implements [`ShouldRetry::retry_after`], for instance).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::retry::{AlwaysRetry, Retry};
+    ///
+    /// let policy = Retry::new().retry_if_rule(AlwaysRetry);
+    /// # let _ = policy;
+    /// ```
+    pub fn retry_if_rule<R>(self, rule: R) -> Retry<R> {
         Retry {
             attempts: self.attempts,
             backoff: self.backoff,
@@ -243,47 +310,6 @@ impl<P> Retry<P> {
             sleep: None,
             attempt: None,
         }
-    }
-}
-
-/// Decides whether an error is worth another attempt.
-///
-/// Implemented by [`AlwaysRetry`] and by every `Fn(&E) -> bool`.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::retry::{AlwaysRetry, ShouldRetry};
-///
-/// assert!(AlwaysRetry.should_retry(&"anything"));
-/// assert!(!(|e: &u16| *e >= 500).should_retry(&404));
-/// ```
-pub trait ShouldRetry<E> {
-    /// Whether `error` deserves another attempt.
-    fn should_retry(&self, error: &E) -> bool;
-}
-
-/// The default rule: every error is retried.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::retry::{AlwaysRetry, ShouldRetry};
-///
-/// assert!(AlwaysRetry.should_retry(&std::fmt::Error));
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AlwaysRetry;
-
-impl<E> ShouldRetry<E> for AlwaysRetry {
-    fn should_retry(&self, _: &E) -> bool {
-        true
-    }
-}
-
-impl<E, F: Fn(&E) -> bool> ShouldRetry<E> for F {
-    fn should_retry(&self, error: &E) -> bool {
-        self(error)
     }
 }
 
@@ -555,6 +581,7 @@ where
                 let handed = late::count_since(mark);
                 this.attempt.set(None);
                 let n = *this.started;
+                let mut hint = None;
                 let failure = match result {
                     // `Within` returns a late output only when a loopguard hand-off gave it
                     // a failure in that poll: then it carries that failure and is returned
@@ -571,7 +598,10 @@ where
                         *this.held = 0;
                         break Err(RetryError::NotRetryable { attempts: n, error });
                     }
-                    Ok(Err(error)) => AttemptError::Failed(error),
+                    Ok(Err(error)) => {
+                        hint = this.policy.retry_if.retry_after(&error);
+                        AttemptError::Failed(error)
+                    }
                     Err(Expired) if deadline.is_expired() => {
                         break Err(deadline_error(this.last, this.held, n));
                     }
@@ -584,12 +614,24 @@ where
                         last: failure,
                     });
                 }
+                // A server's hint replaces the backoff step; one that ends at or after
+                // the deadline ends the retry now rather than sleeping into expiry.
+                let pause = match hint {
+                    Some(after) if ends_past(deadline, after) => {
+                        // This failure is returned, in the error: it stays handed out. The
+                        // failures of the attempt it replaces were retried: consumed.
+                        *this.held = 0;
+                        let last = Some(failure);
+                        break Err(RetryError::Deadline { attempts: n, last });
+                    }
+                    Some(after) => after,
+                    None => this.policy.backoff.pause(n - 1),
+                };
                 // Kept for later rather than returned now: off the count until then. The
                 // failures of the attempt it replaces were retried: consumed.
                 late::taken_back_n(handed);
                 *this.held = handed;
                 *this.last = Some(failure);
-                let pause = this.policy.backoff.pause(n - 1);
                 if !pause.is_zero() {
                     *this.sleep = Some(deadline.sleep(pause));
                 }

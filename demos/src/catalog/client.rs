@@ -16,7 +16,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Uri, header};
 use loopguard::deadline::Deadline;
 use loopguard::operation::{Classify, Measured, Operation, Outcome};
-use loopguard::retry::{Backoff, Retry, RetryError};
+use loopguard::retry::{Backoff, Decide, Decision, Retry, RetryError};
 use smol_hyper::rt::FuturesIo;
 
 /// Spawns a connection's background future on the caller's executor.
@@ -64,8 +64,8 @@ pub enum Event {
 /// How one attempt failed.
 #[derive(Debug)]
 pub enum FetchError {
-    /// A full response with a status other than 2xx.
-    Status(u16),
+    /// A full response with a status other than 2xx, and the server's `Retry-After`.
+    Status(u16, Option<Duration>),
     /// Connecting, sending, or reading failed.
     Connection(String),
     /// The connection-pool wait ran out of the operation's budget.
@@ -75,7 +75,7 @@ pub enum FetchError {
 impl fmt::Display for FetchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FetchError::Status(s) => write!(f, "http status {s}"),
+            FetchError::Status(s, _) => write!(f, "http status {s}"),
             FetchError::Connection(e) => write!(f, "connection failed: {e}"),
             FetchError::PoolWait => f.write_str("deadline expired waiting for a connection"),
         }
@@ -155,7 +155,7 @@ type Sender = SendRequest<Empty<Bytes>>;
 
 struct Inner {
     authority: String,
-    retry: Retry<fn(&FetchError) -> bool>,
+    retry: Retry<Decide<Rule>>,
     budget: Duration,
     semaphore: Arc<Semaphore>,
     pool: Pool,
@@ -170,8 +170,15 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
-fn retryable(error: &FetchError) -> bool {
-    matches!(error, FetchError::Status(503))
+type Rule = fn(&FetchError) -> Decision;
+
+/// A 503 is retried, when the server says (`Retry-After`) or else after the backoff.
+fn retryable(error: &FetchError) -> Decision {
+    match error {
+        FetchError::Status(503, Some(after)) => Decision::RetryAfter(*after),
+        FetchError::Status(503, None) => Decision::Retry,
+        _ => Decision::Stop,
+    }
 }
 
 /// `host:port` of an `http://` URL.
@@ -201,7 +208,7 @@ impl Client {
         let mut retry = Retry::new()
             .attempts(config.attempts)
             .backoff(Backoff::fixed(config.backoff.iter().copied()))
-            .retry_if(retryable as fn(&FetchError) -> bool);
+            .decide(retryable as Rule);
         if let Some(timeout) = config.attempt_timeout {
             retry = retry.attempt_timeout(timeout);
         }
@@ -274,7 +281,7 @@ impl Client {
                     let result = this.fetch_once(&path, deadline).await;
                     let status = match &result {
                         Ok(_) => Some(200),
-                        Err(FetchError::Status(s)) => Some(*s),
+                        Err(FetchError::Status(s, _)) => Some(*s),
                         Err(_) => None,
                     };
                     this.emit(Event::AttemptEnded(n, status));
@@ -328,6 +335,8 @@ impl Client {
             .await
             .map_err(|e| FetchError::Connection(e.to_string()))?;
         let status = response.status();
+        let retry_after = response.headers().get(header::RETRY_AFTER);
+        let retry_after = retry_after.and_then(|v| loopguard::header::retry_after(v.as_bytes()));
         let body = response
             .into_body()
             .collect()
@@ -339,7 +348,7 @@ impl Client {
         if status.is_success() {
             Ok(body)
         } else {
-            Err(FetchError::Status(status.as_u16()))
+            Err(FetchError::Status(status.as_u16(), retry_after))
         }
     }
 }

@@ -1,0 +1,270 @@
+//! [`AdmissionLayer`]: the configuration, shared by every service it wraps.
+
+use std::fmt;
+use std::hash::Hash;
+use std::time::Duration;
+
+use http::Request;
+use http::request::Parts;
+
+use super::mode::{Keyed, Mode, Slots};
+use super::service::Admission;
+use crate::deadline::Deadline;
+use crate::header;
+use crate::keyed::KeyedGate;
+
+/// What the layer does besides admitting.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AdmissionConfig {
+    /// Wait in line within the request's deadline instead of refusing at once.
+    pub(crate) wait: bool,
+    /// `(default, offset)` for [`header::request_deadline`], or none.
+    pub(crate) deadline: Option<(Duration, Duration)>,
+}
+
+impl AdmissionConfig {
+    /// The request's deadline: from its headers if configured, cut by a [`Deadline`]
+    /// already in its extensions (put there by an outer layer); `None` if neither.
+    pub(crate) fn deadline<B>(&self, request: &Request<B>) -> Option<Deadline> {
+        let outer = request.extensions().get::<Deadline>().copied();
+        let own = self.deadline.map(|(default, offset)| {
+            let lookup = |name: &str| request.headers().get(name).map(|v| v.as_bytes());
+            header::request_deadline(lookup, default, offset)
+        });
+        match (own, outer) {
+            (Some(own), Some(outer)) => Some(own.min(outer)),
+            (own, outer) => own.or(outer),
+        }
+    }
+}
+
+/// A tower [`Layer`](tower_layer::Layer) that admits each request through a loopguard gate,
+/// holding the slot until the response body has been written.
+///
+/// - **Fail fast** (the default): no free slot, and the answer is a `503 Service
+///   Unavailable` with `Retry-After` at once; nothing queues, the inner service is not
+///   called.
+/// - **Wait** ([`wait_within_deadline`](AdmissionLayer::wait_within_deadline)): wait in FIFO
+///   order within the request's deadline, then the 503.
+/// - **Deadlines** ([`deadline_from_headers`](AdmissionLayer::deadline_from_headers)): a
+///   [`Deadline`] from the request's timeout headers, in its extensions for the handler.
+///
+/// An admitted request's [`Slot`](super::Slot) is in its extensions too: the slot is held by
+/// the response body and by every clone of it.
+///
+/// Clones share the gate: build one layer per limit and clone it into every connection.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::tower::AdmissionLayer;
+///
+/// // Two requests at a time; others wait in line within their deadline: the earliest of
+/// // Prometheus', Envoy's and gRPC's timeout headers less 500 ms, at most 10 s.
+/// let layer = AdmissionLayer::new(2)
+///     .wait_within_deadline()
+///     .deadline_from_headers(Duration::from_secs(10), Duration::from_millis(500));
+/// assert_eq!((layer.capacity(), layer.in_use()), (2, 0));
+/// ```
+#[derive(Clone)]
+pub struct AdmissionLayer<M = Slots> {
+    pub(crate) mode: M,
+    pub(crate) config: AdmissionConfig,
+}
+
+impl AdmissionLayer<Slots> {
+    /// A layer admitting `capacity` requests at a time (`0` is taken as `1`; at most
+    /// 65 536), failing fast.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let layer = loopguard::tower::AdmissionLayer::new(0);
+    /// assert_eq!(layer.capacity(), 1);
+    /// ```
+    pub fn new(capacity: usize) -> AdmissionLayer<Slots> {
+        AdmissionLayer::with_mode(Slots::new(capacity))
+    }
+
+    /// The number of slots.
+    ///
+    /// # Examples
+    ///
+    /// See [`AdmissionLayer`].
+    pub fn capacity(&self) -> usize {
+        self.mode.gate().capacity()
+    }
+
+    /// Slots held now: requests whose response is still being produced or written, and
+    /// [`Slot`](super::Slot) clones kept by their work.
+    ///
+    /// # Examples
+    ///
+    /// See [`AdmissionLayer`].
+    pub fn in_use(&self) -> usize {
+        self.mode.gate().in_use()
+    }
+
+    /// Requests waiting in line for a slot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(loopguard::tower::AdmissionLayer::new(1).waiting(), 0);
+    /// ```
+    pub fn waiting(&self) -> usize {
+        self.mode.gate().waiting()
+    }
+
+    /// Resolves once no slot is held. Cancel safe: it only observes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let layer = loopguard::tower::AdmissionLayer::new(1);
+    /// layer.wait_idle().await;
+    /// # });
+    /// ```
+    pub async fn wait_idle(&self) {
+        self.mode.wait_idle().await
+    }
+}
+
+impl<K, F> AdmissionLayer<Keyed<K, F>>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    F: Fn(&Parts) -> K + Clone + Send + Sync + 'static,
+{
+    /// A layer admitting requests per key through `gate`: `key` names each request's key
+    /// (a path, a tenant header, a scrape target), and a busy key refuses (or queues)
+    /// without touching the others. The gate's capacities apply; fails fast by default.
+    ///
+    /// `key` is your code: if it panics, the request holds nothing yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::keyed::KeyedGate;
+    /// use loopguard::tower::AdmissionLayer;
+    ///
+    /// let tenants = KeyedGate::builder("tenants").capacity(2).build()?;
+    /// let layer = AdmissionLayer::keyed(tenants, |parts: &http::request::Parts| {
+    ///     let tenant = parts.headers.get("x-tenant").map(|v| v.as_bytes().to_vec());
+    ///     tenant.unwrap_or_default()
+    /// });
+    /// assert_eq!(layer.gate().name(), "tenants");
+    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// ```
+    pub fn keyed(gate: KeyedGate<K>, key: F) -> AdmissionLayer<Keyed<K, F>> {
+        AdmissionLayer::with_mode(Keyed::new(gate, key))
+    }
+
+    /// The keyed gate (its per-key `in_use`, `waiting`, demand).
+    ///
+    /// # Examples
+    ///
+    /// See [`keyed`](AdmissionLayer::keyed).
+    pub fn gate(&self) -> &KeyedGate<K> {
+        self.mode.gate()
+    }
+}
+
+impl<M: Mode> AdmissionLayer<M> {
+    fn with_mode(mode: M) -> AdmissionLayer<M> {
+        AdmissionLayer {
+            mode,
+            config: AdmissionConfig {
+                wait: false,
+                deadline: None,
+            },
+        }
+    }
+
+    /// Wait in FIFO order for a slot instead of refusing at once, within the request's
+    /// deadline (see [`deadline_from_headers`](AdmissionLayer::deadline_from_headers); a
+    /// [`Deadline`] an outer layer put in the request's extensions counts too; with
+    /// neither, the wait has no end). A request whose deadline passes in line gets the
+    /// 503; a slot granted to it at that moment passes on to the next in line.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let layer = loopguard::tower::AdmissionLayer::new(4)
+    ///     .wait_within_deadline()
+    ///     .deadline_from_headers(Duration::from_secs(5), Duration::ZERO);
+    /// # let _ = layer;
+    /// ```
+    pub fn wait_within_deadline(mut self) -> Self {
+        self.config.wait = true;
+        self
+    }
+
+    /// Gives each request a [`Deadline`] from its timeout headers, computed when it
+    /// arrives, before any wait: [`header::request_deadline`] with `default` (the server's
+    /// own budget) and `offset` (kept for encoding and sending the answer), cut by a
+    /// `Deadline` already in its extensions. The deadline replaces that one in the
+    /// request's extensions, for the handler to spend (`pool.run_within(deadline, ..)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let layer = loopguard::tower::AdmissionLayer::new(2)
+    ///     .deadline_from_headers(Duration::from_secs(30), Duration::from_millis(500));
+    /// # let _ = layer;
+    /// ```
+    pub fn deadline_from_headers(mut self, default: Duration, offset: Duration) -> Self {
+        self.config.deadline = Some((default, offset));
+        self
+    }
+
+    /// Requests refused so far (at once, or when their deadline passed in line).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(loopguard::tower::AdmissionLayer::new(1).rejected(), 0);
+    /// ```
+    pub fn rejected(&self) -> u64 {
+        self.mode.stats().rejected()
+    }
+
+    /// The `Retry-After` a refusal carries now: the average time admitted requests held
+    /// their slot (at least 1 ms, 1 s before any finished), sent rounded up to whole
+    /// seconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let layer = loopguard::tower::AdmissionLayer::new(1);
+    /// assert_eq!(layer.retry_after(), Duration::from_secs(1));
+    /// ```
+    pub fn retry_after(&self) -> Duration {
+        self.mode.stats().retry_after()
+    }
+}
+
+impl<S, M: Mode> tower_layer::Layer<S> for AdmissionLayer<M> {
+    type Service = Admission<S, M>;
+
+    fn layer(&self, inner: S) -> Admission<S, M> {
+        Admission::new(inner, self.mode.clone(), self.config)
+    }
+}
+
+impl<M: fmt::Debug> fmt::Debug for AdmissionLayer<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionLayer")
+            .field("mode", &self.mode)
+            .field("wait", &self.config.wait)
+            .field("deadline", &self.config.deadline)
+            .finish()
+    }
+}

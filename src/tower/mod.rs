@@ -1,0 +1,111 @@
+//! Admission control for HTTP services without tokio: a tower [`Layer`](tower_layer::Layer)
+//! that admits each request through a loopguard gate (feature `tower`).
+//!
+//! tower's own `limit` queues (and needs tokio's runtime); `load-shed` refuses only what
+//! the inner service says it cannot take. [`AdmissionLayer`] refuses by itself, at once,
+//! with the answer a client or a mesh can act on, on any executor (smol, async-std, a
+//! `LocalExecutor`, tokio):
+//!
+//! - **Fail fast**: no free slot, and the request gets `503 Service Unavailable` with
+//!   `Retry-After` (the average time a slot is held, in whole seconds). Nothing queues;
+//!   the refusal is one atomic load and costs the two allocations of the response's header
+//!   map.
+//! - **Or wait**, in FIFO order, within the request's deadline
+//!   ([`AdmissionLayer::wait_within_deadline`]).
+//! - **The slot covers the whole response.** It is held by the response body
+//!   ([`AdmissionBody`]) until the body has ended or is dropped, not only until the handler
+//!   returns; and by every clone of the request's [`Slot`] that the handler moved into work
+//!   of its own, so that a client that disconnects cannot free the slot while a walk it
+//!   started still runs on a pool thread.
+//! - **Per key** ([`AdmissionLayer::keyed`]): a [`KeyedGate`](crate::keyed::KeyedGate)
+//!   slot for a key taken from each request; a busy key is refused, others are unaffected.
+//! - **Deadlines from the request's headers** ([`AdmissionLayer::deadline_from_headers`]):
+//!   the earliest of `X-Prometheus-Scrape-Timeout-Seconds`, `x-envoy-expected-rq-timeout-ms`
+//!   and `grpc-timeout` (see [`header`](crate::header)) less an offset, at most a server
+//!   default, fixed when the request arrives and put in its extensions as a
+//!   [`Deadline`](crate::deadline::Deadline) for the handler to spend.
+//!
+//! # Examples
+//!
+//! A handler that walks a registry on a [`Pool`](crate::pool::Pool) within the request's
+//! deadline, keeping the request's slot in the job:
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use loopguard::deadline::Deadline;
+//! use loopguard::pool::Pool;
+//! use loopguard::tower::{AdmissionLayer, Slot};
+//! use tower_layer::Layer;
+//! use tower_service::Service;
+//!
+//! #[derive(Clone)]
+//! struct Metrics(Pool);
+//!
+//! impl Service<Request<()>> for Metrics {
+//!     type Response = Response<String>;
+//!     type Error = Infallible;
+//!     type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response<String>, Infallible>> + Send>>;
+//!
+//!     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+//!         std::task::Poll::Ready(Ok(()))
+//!     }
+//!
+//!     fn call(&mut self, request: Request<()>) -> Self::Future {
+//!         let deadline = *request.extensions().get::<Deadline>().expect("set by the layer");
+//!         let slot = request.extensions().get::<Slot>().cloned();
+//!         let pool = self.0.clone();
+//!         Box::pin(async move {
+//!             // The walk keeps the slot until it ends, even if the client leaves.
+//!             let walk = pool.run_within(deadline, move || { let _slot = slot; "up 1\n".to_string() });
+//!             Ok(match walk.await {
+//!                 Ok(body) => Response::new(body),
+//!                 Err(_) => {
+//!                     let mut busy = Response::new(String::new());
+//!                     *busy.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+//!                     busy
+//!                 }
+//!             })
+//!         })
+//!     }
+//! }
+//!
+//! # futures_lite::future::block_on(async {
+//! let pool = Pool::builder().name("registry-serve").workers(2).build()?;
+//! let layer = AdmissionLayer::new(2)
+//!     .deadline_from_headers(Duration::from_secs(10), Duration::from_millis(500));
+//! let mut service = layer.layer(Metrics(pool));
+//!
+//! let request = Request::get("/metrics")
+//!     .header("X-Prometheus-Scrape-Timeout-Seconds", "5")
+//!     .body(())
+//!     .unwrap();
+//! let response = service.call(request).await.unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! With hyper on smol, wrap the service for hyper (`hyper_util::service::TowerToHyperService`
+//! or a `service_fn`); with axum on smol (`smol-axum`), `Router::layer(layer)`: see the
+//! `examples-axum` workspace member.
+//!
+//! # Caveats
+//!
+//! - The slot is released when the body *ends* (its last frame was polled) or is dropped:
+//!   the last bytes may still sit in the server's write buffer.
+//! - Dropping the response future while the handler runs frees the slot, unless the
+//!   handler's work holds a [`Slot`] clone: pass it on to any work that outlives the
+//!   handler's future.
+
+mod body;
+mod layer;
+mod mode;
+mod refuse;
+mod service;
+
+pub use body::AdmissionBody;
+pub use layer::AdmissionLayer;
+pub use mode::{Keyed, Mode, Slot, Slots};
+pub use service::{Admission, ResponseFuture};

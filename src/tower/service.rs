@@ -1,0 +1,312 @@
+//! [`Admission`]: the service, and [`ResponseFuture`], its future.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::body::AdmissionBody;
+use super::layer::AdmissionConfig;
+use super::mode::{AdmissionStats, AdmitOutcome, Mode, Slot, Slots};
+use super::refuse::refusal;
+use crate::deadline::{Deadline, Within};
+
+/// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
+/// admitted through the layer's gate before the inner service sees it.
+///
+/// The inner service is called only for an admitted request, with its [`Slot`] (and its
+/// [`Deadline`], if the layer gives one) in the extensions. Readiness is the inner
+/// service's: admission is decided in `call`, so a refusal never waits.
+///
+/// A request that waits in line ([`wait_within_deadline`]) is handed the service that was
+/// polled ready; a clone stays behind for the next one, so waiting needs `S: Clone`.
+///
+/// [`wait_within_deadline`]: super::AdmissionLayer::wait_within_deadline
+///
+/// # Examples
+///
+/// ```
+/// use std::convert::Infallible;
+/// use http::{Request, Response, StatusCode};
+/// use loopguard::tower::AdmissionLayer;
+/// use tower_layer::Layer;
+/// use tower_service::Service;
+///
+/// #[derive(Clone)]
+/// struct Hello;
+/// impl Service<Request<()>> for Hello {
+///     type Response = Response<&'static str>;
+///     type Error = Infallible;
+///     type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
+///     fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+///         std::task::Poll::Ready(Ok(()))
+///     }
+///     fn call(&mut self, _: Request<()>) -> Self::Future {
+///         std::future::ready(Ok(Response::new("hello")))
+///     }
+/// }
+///
+/// # futures_lite::future::block_on(async {
+/// let layer = AdmissionLayer::new(1);
+/// let mut service = layer.layer(Hello);
+/// let first = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(layer.in_use(), 1, "held until the body is written");
+/// let second = service.call(Request::new(())).await.unwrap();
+/// assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(second.headers()["retry-after"], "1");
+/// drop(first);
+/// assert_eq!(layer.in_use(), 0);
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct Admission<S, M = Slots> {
+    inner: S,
+    mode: M,
+    config: AdmissionConfig,
+}
+
+impl<S, M> Admission<S, M> {
+    pub(crate) fn new(inner: S, mode: M, config: AdmissionConfig) -> Admission<S, M> {
+        Admission {
+            inner,
+            mode,
+            config,
+        }
+    }
+
+    /// The inner service.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tower_layer::Layer;
+    ///
+    /// let service = loopguard::tower::AdmissionLayer::new(1).layer(7_u8);
+    /// assert_eq!(*service.get_ref(), 7);
+    /// ```
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S, M: fmt::Debug> fmt::Debug for Admission<S, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("mode", &self.mode)
+            .field("wait", &self.config.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Puts the slot and the deadline in the request's extensions.
+fn admitted<B>(mut request: Request<B>, slot: &Slot, deadline: Option<Deadline>) -> Request<B> {
+    let extensions = request.extensions_mut();
+    extensions.insert(slot.clone());
+    if let Some(deadline) = deadline {
+        extensions.insert(deadline);
+    }
+    request
+}
+
+impl<S, M, ReqB, ResB> Service<Request<ReqB>> for Admission<S, M>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    M: Mode,
+{
+    type Response = Response<AdmissionBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB, M>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let state = match self.mode.try_admit(request) {
+            AdmitOutcome::Now(permit, request) => {
+                // If anything below panics, `slot` unwinds with it and the slot is freed.
+                let slot = Slot::grant(self.mode.stats(), permit);
+                let deadline = self.config.deadline(&request);
+                let request = admitted(request, &slot, deadline);
+                ResponseState::Running {
+                    future: self.inner.call(request),
+                    slot: Some(slot),
+                }
+            }
+            // Waiting: the deadline is fixed now, before the wait spends it.
+            AdmitOutcome::Later(ticket, request) if self.config.wait => {
+                match self.config.deadline(&request) {
+                    Some(deadline) if deadline.is_expired() => self.refuse(),
+                    deadline => {
+                        // The ready service goes with the request; a clone stays behind.
+                        let clone = self.inner.clone();
+                        ResponseState::Waiting {
+                            line: Box::new(WaitingRequest {
+                                wait: (deadline.unwrap_or(Deadline::never()))
+                                    .run(self.mode.wait(ticket)),
+                                service: Some(std::mem::replace(&mut self.inner, clone)),
+                                request: Some(request),
+                                deadline,
+                                stats: self.mode.stats().clone(),
+                            }),
+                        }
+                    }
+                }
+            }
+            // Fail fast: no clock read, no header parsed, nothing queued.
+            AdmitOutcome::Later(..) => self.refuse(),
+        };
+        ResponseFuture { state }
+    }
+}
+
+impl<S, M: Mode> Admission<S, M> {
+    fn refuse<ReqB>(&self) -> ResponseState<S, ReqB, M>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        let stats = self.mode.stats();
+        stats.reject();
+        ResponseState::Refused {
+            retry_after: stats.retry_after(),
+        }
+    }
+}
+
+/// A request waiting in line (boxed: the other states stay small).
+struct WaitingRequest<S, ReqB, M: Mode> {
+    wait: Within<M::Wait>,
+    service: Option<S>,
+    request: Option<Request<ReqB>>,
+    deadline: Option<Deadline>,
+    stats: Arc<AdmissionStats>,
+}
+
+pin_project_lite::pin_project! {
+    #[project = ResponseStateProj]
+    enum ResponseState<S, ReqB, M>
+    where
+        S: Service<Request<ReqB>>,
+        M: Mode,
+    {
+        Waiting {
+            line: Box<WaitingRequest<S, ReqB, M>>,
+        },
+        Running {
+            #[pin]
+            future: S::Future,
+            slot: Option<Slot>,
+        },
+        Refused {
+            retry_after: Duration,
+        },
+        Done,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`Admission::call`]: the inner service's response with its body
+    /// holding the slot, or a `503` with `Retry-After`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it while it waits in line leaves the line (a slot granted at that moment
+    /// passes on); dropping it while the inner service runs drops the inner future and,
+    /// with it, the slot, unless the handler kept a [`Slot`] clone in its work.
+    ///
+    /// # Panics
+    ///
+    /// Polling it again after it completed panics.
+    ///
+    /// # Examples
+    ///
+    /// See [`Admission`].
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, ReqB, M = Slots>
+    where
+        S: Service<Request<ReqB>>,
+        M: Mode,
+    {
+        #[pin]
+        state: ResponseState<S, ReqB, M>,
+    }
+}
+
+impl<S, ReqB, M, ResB> Future for ResponseFuture<S, ReqB, M>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    M: Mode,
+{
+    type Output = Result<Response<AdmissionBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                ResponseStateProj::Waiting { line } => {
+                    // A permit that arrives at or after the deadline is dropped (passed
+                    // on) by `Within`.
+                    let granted = std::task::ready!(Pin::new(&mut line.wait).poll(cx));
+                    let (Ok(Some(permit)), Some(mut service), Some(request)) =
+                        (granted, line.service.take(), line.request.take())
+                    else {
+                        line.stats.reject();
+                        let retry_after = line.stats.retry_after();
+                        state.set(ResponseState::Refused { retry_after });
+                        continue;
+                    };
+                    let slot = Slot::grant(&line.stats, permit);
+                    let request = admitted(request, &slot, line.deadline);
+                    let future = service.call(request);
+                    state.set(ResponseState::Running {
+                        future,
+                        slot: Some(slot),
+                    });
+                }
+                ResponseStateProj::Running { future, slot } => {
+                    let result = std::task::ready!(future.poll(cx));
+                    let slot = slot.take();
+                    state.set(ResponseState::Done);
+                    // An error frees the slot here; a response hands it to its body.
+                    return Poll::Ready(result.map(|response| {
+                        let (parts, body) = response.into_parts();
+                        let body = match slot {
+                            Some(slot) => AdmissionBody::holding(body, slot),
+                            None => AdmissionBody::empty(),
+                        };
+                        Response::from_parts(parts, body)
+                    }));
+                }
+                ResponseStateProj::Refused { retry_after } => {
+                    let retry_after = *retry_after;
+                    state.set(ResponseState::Done);
+                    return Poll::Ready(Ok(refusal(retry_after)));
+                }
+                ResponseStateProj::Done => panic!("`ResponseFuture` polled after completion"),
+            }
+        }
+    }
+}
+
+impl<S, ReqB, M> fmt::Debug for ResponseFuture<S, ReqB, M>
+where
+    S: Service<Request<ReqB>>,
+    M: Mode,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            ResponseState::Waiting { .. } => "waiting",
+            ResponseState::Running { .. } => "running",
+            ResponseState::Refused { .. } => "refused",
+            ResponseState::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
