@@ -5,7 +5,7 @@
 //!
 //! Run with `cargo bench --bench offload`; see BENCHMARKS.md for the figures and what they
 //! mean. Ids (`group/function`) are stable so results compare run to run:
-//! `roundtrip/{loopguard,blocking_unblock,tokio_spawn_blocking,thread_pingpong}`,
+//! `roundtrip/{loopguard,loopguard_no_spin,blocking_unblock,tokio_spawn_blocking,thread_pingpong}`,
 //! `reject/try_run_saturated`, `roundtrip_recorded/{loopguard,loopguard_no_recorder}`,
 //! `reject_recorded/try_run_saturated`, `burst/{loopguard_run,blocking_unblock}`,
 //! `deadline/{ready_bare,ready_within}`. The groups run in that order; from
@@ -124,6 +124,17 @@ fn roundtrip(c: &mut Criterion) {
     let loopguard = pool(2);
     group.bench_function("loopguard", |b| {
         b.iter(|| smol::block_on(async { loopguard.run(|| black_box(1u64)).await.unwrap() }))
+    });
+
+    // The same pool with workers that always park at once (no spinning between jobs).
+    let parking = Pool::builder()
+        .name("bench-no-spin")
+        .workers(2)
+        .spin(Duration::ZERO)
+        .build()
+        .expect("pool");
+    group.bench_function("loopguard_no_spin", |b| {
+        b.iter(|| smol::block_on(async { parking.run(|| black_box(1u64)).await.unwrap() }))
     });
 
     group.bench_function("blocking_unblock", |b| {

@@ -1,5 +1,6 @@
 //! What spinning before parking buys and costs, both ways in one run: a pool whose idle
-//! workers park at once (the default) against one whose workers spin 50 µs first.
+//! workers park at once (`spin(Duration::ZERO)`) against the default, whose workers spin up
+//! to 50 µs for the next job, but only when their jobs come back to back.
 //!
 //! For each, from smol's `block_on`:
 //!

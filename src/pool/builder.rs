@@ -12,9 +12,9 @@ pub const MAX_WORKERS: usize = 1024;
 
 const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60);
 
-/// How long an idle worker spins for the next job by default: not at all (see
+/// How long a worker whose jobs come back to back spins for the next one by default (see
 /// [`PoolBuilder::spin`]).
-const DEFAULT_SPIN: Duration = Duration::ZERO;
+const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// Configures a [`Pool`](super::Pool). Created by [`Pool::builder`](super::Pool::builder).
 ///
@@ -192,20 +192,23 @@ impl PoolBuilder {
     }
 
     /// How long a worker that ran out of jobs spins (yielding) for the next one before it
-    /// parks (default: zero, it parks at once).
+    /// parks, when its jobs come back to back (default 50 µs; zero turns spinning off).
     ///
     /// A job submitted while a worker spins starts without a wake-up call. That saves the
     /// cost of waking a parked thread (on a VM, waking a halted vCPU can take tens of
-    /// microseconds) at the price of up to `spin` of CPU time per job that leaves the queue
-    /// empty, burnt on a core the event loop may need. Spinning pays off only when jobs
-    /// arrive back to back faster than that; see BENCHMARKS.md for the round trip and the
-    /// idle CPU cost both ways.
+    /// microseconds) at the price of CPU time burnt on a core the event loop may need. So a
+    /// worker spins only after a job that was dispatched within `spin` of the worker running
+    /// out of jobs: a pool whose jobs are spaced out (a scrape every few seconds, a job
+    /// every millisecond) parks at once and burns nothing between them, and at most `spin`
+    /// is spent when a run of back-to-back jobs ends. BENCHMARKS.md has the round trip and
+    /// the CPU per job both ways.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// let pool = loopguard::pool::Pool::builder().spin(Duration::from_micros(50)).build()?;
+    /// // Workers that always park at once.
+    /// let pool = loopguard::pool::Pool::builder().spin(Duration::ZERO).build()?;
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn spin(mut self, spin: Duration) -> PoolBuilder {

@@ -58,6 +58,13 @@ pub(crate) struct Workers {
     started: Box<[AtomicU64]>,
     /// Per worker: wakes that worker alone (waited on with the queue lock).
     wake: Box<[Condvar]>,
+    /// Per worker: its last job was dispatched within `spin` of the worker running out of
+    /// jobs, so it spins when it runs out again (see [`next_task`](Workers::next_task)).
+    /// Read and written by that worker only.
+    back_to_back: Box<[AtomicBool]>,
+    /// The stamp of the latest dispatch (see [`stamp`](Workers::stamp)), written under the
+    /// queue lock; only kept when spinning is on.
+    dispatched: AtomicU64,
     epoch: Instant,
     spin: Duration,
 }
@@ -76,6 +83,8 @@ impl Workers {
             counted: (0..count).map(|_| AtomicBool::new(false)).collect(),
             started: (0..count).map(|_| AtomicU64::new(0)).collect(),
             wake: (0..count).map(|_| Condvar::new()).collect(),
+            back_to_back: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            dispatched: AtomicU64::new(0),
             epoch: Instant::now(),
             spin,
         }
@@ -91,6 +100,10 @@ impl Workers {
     pub(crate) fn dispatch(&self, task: Arc<dyn Task>) {
         let woken = {
             let mut queue = lock(&self.queue);
+            if !self.spin.is_zero() {
+                self.dispatched
+                    .store(self.stamp(Instant::now()), Ordering::Relaxed);
+            }
             queue.tasks.push_back(task);
             self.pending.store(queue.tasks.len(), Ordering::Relaxed);
             let ready = queue.spinning + self.finishing.load(Ordering::Acquire);
@@ -112,9 +125,16 @@ impl Workers {
     }
 
     /// The next job for worker `index`; `None` once `done()` says the worker may exit and
-    /// no job is queued. Spins for the configured time before parking.
+    /// no job is queued.
+    ///
+    /// A worker spins for the configured time before parking only when its jobs come back
+    /// to back: when its last job was dispatched within that time of the worker running
+    /// out of jobs. A worker whose jobs are spaced out parks at once and burns nothing
+    /// between them; the first job of a burst finds it parked, the next ones find it
+    /// spinning.
     pub(crate) fn next_task(&self, index: usize, done: impl Fn() -> bool) -> Option<Arc<dyn Task>> {
-        let mut spun = self.spin.is_zero();
+        let idle_from = (!self.spin.is_zero()).then(|| self.stamp(Instant::now()));
+        let mut spun = !self.back_to_back[index].load(Ordering::Relaxed);
         let mut queue = lock(&self.queue);
         // Looking at the queue now, under its lock: no longer finishing.
         if self.counted[index].swap(false, Ordering::Relaxed) {
@@ -126,6 +146,12 @@ impl Workers {
                 // A worker woken spuriously may still be listed as idle: unlist it, or a
                 // later dispatch would "wake" this busy worker while another stays parked.
                 queue.unlist(index);
+                if let Some(from) = idle_from {
+                    // Zero when the job was queued before this worker looked.
+                    let gap = self.dispatched.load(Ordering::Relaxed).saturating_sub(from);
+                    let quick = u128::from(gap) <= self.spin.as_nanos();
+                    self.back_to_back[index].store(quick, Ordering::Relaxed);
+                }
                 return Some(task);
             }
             if done() {
