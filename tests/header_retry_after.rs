@@ -107,6 +107,8 @@ fn a_date_is_counted_from_the_real_clock() {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
     #[test]
     fn never_panics_on_any_bytes(raw in proptest::collection::vec(any::<u8>(), 0..48)) {
         let _ = retry_after_at(&raw, rfc_now());

@@ -1,7 +1,6 @@
 //! Every file under `ops/` parses, and every `loopguard_*` metric it names is one the
-//! crate publishes (a name constant in `src/telemetry.rs`, or `src/metrics.rs` before the
-//! rename; `_bucket`, `_sum` and `_count` only on histograms) or a series recorded by a rule
-//! in `ops/prometheus/`.
+//! crate publishes (a name constant in `src/telemetry.rs`; `_bucket`, `_sum` and `_count`
+//! only on histograms) or a series recorded by a rule in `ops/prometheus/`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,12 +12,9 @@ fn root() -> PathBuf {
 /// The published names, and which of them are histograms, read from the crate's file of
 /// metric name constants.
 fn published() -> (BTreeSet<String>, BTreeSet<String>) {
-    let path = ["src/telemetry.rs", "src/metrics.rs"]
-        .iter()
-        .map(|p| root().join(p))
-        .find(|p| p.exists())
-        .expect("the metric name constants live in src/telemetry.rs or src/metrics.rs");
-    let source = std::fs::read_to_string(path).unwrap();
+    let path = root().join("src/telemetry.rs");
+    let source = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the metric name constants live in {path:?}: {e}"));
     let mut consts = Vec::new();
     for line in source.lines() {
         let Some(rest) = line.trim().strip_prefix("pub const ") else {
