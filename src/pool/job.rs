@@ -166,7 +166,6 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
             Ok(_) => JobOutcome::Ok,
         };
         core.stats.count_job(outcome, elapsed);
-        core.workers.finishing(worker);
         self.handoff.deliver(result, elapsed);
         // The recorder is user code: it hears of the job once its outcome is delivered (a
         // panic there is contained), and before the slot goes back, so a pool that reads

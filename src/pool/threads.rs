@@ -37,7 +37,13 @@ pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
 /// The loop of worker `index`: take a job, run it, until the pool is closed and no
 /// admitted job is left.
 fn work(core: &Core, index: usize) {
-    while let Some(task) = core.workers.next_task(index, || core.is_done()) {
+    // Whether this worker's last job came back to back with the one before (see
+    // `Workers::next_task`): it then spins for the next one before parking.
+    let mut back_to_back = false;
+    while let Some(task) = core
+        .workers
+        .next_task(index, &mut back_to_back, || core.is_done())
+    {
         // A task contains every call into user code itself and gives its slot back even
         // while unwinding; this only keeps the loop alive should anything still escape.
         contain("a pool worker's task", || task.run(index));

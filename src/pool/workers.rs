@@ -5,7 +5,7 @@
 //! hand-off, not a backlog.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -18,9 +18,16 @@ pub(crate) trait Task: Send + Sync {
     fn run(self: Arc<Self>, worker: usize);
 }
 
+/// A dispatched job waiting for a worker.
+struct Queued {
+    task: Arc<dyn Task>,
+    /// When it was dispatched (a [`stamp`](Workers::stamp)); 0 when spinning is off.
+    at: u64,
+}
+
 /// The queue and the parked workers, under one lock.
 struct Queue {
-    tasks: VecDeque<Arc<dyn Task>>,
+    tasks: VecDeque<Queued>,
     /// Parked workers, the most recently parked last: a new job wakes the warmest thread
     /// (its CPU is less likely to be in a deep idle state, its caches hold the pool), and
     /// no wake-up call is made at all when no worker is parked.
@@ -30,6 +37,11 @@ struct Queue {
     /// Workers spinning for a job before they park. A new job wakes a parked worker only
     /// when the jobs queued outnumber them: each spinner takes the lock and looks at the
     /// queue again before it parks, so a job it was counted for is never stranded.
+    ///
+    /// Only spinners count. A worker finishing a job runs code it does not own (the
+    /// caller's waker, the orphan handler, the output's `Drop`, the recorder), which may
+    /// take long or wait for another job of this pool: a job dispatched meanwhile wakes a
+    /// parked worker rather than wait for that one.
     spinning: usize,
 }
 
@@ -47,24 +59,11 @@ pub(crate) struct Workers {
     queue: Mutex<Queue>,
     /// The length of `queue.tasks`, written under the lock, read by spinning workers.
     pending: AtomicUsize,
-    /// Workers between delivering a job's outcome and looking at the queue again. A job
-    /// dispatched meanwhile is theirs to take: waking a parked worker for it would cost a
-    /// wake-up (tens of microseconds on a VM) for a job the finishing worker takes anyway.
-    finishing: AtomicUsize,
-    /// Per worker: it is counted in `finishing`.
-    counted: Box<[AtomicBool]>,
     /// Per worker: the start of its running job in nanoseconds since `epoch`, plus one;
     /// 0 when it runs none.
     started: Box<[AtomicU64]>,
     /// Per worker: wakes that worker alone (waited on with the queue lock).
     wake: Box<[Condvar]>,
-    /// Per worker: its last job was dispatched within `spin` of the worker running out of
-    /// jobs, so it spins when it runs out again (see [`next_task`](Workers::next_task)).
-    /// Read and written by that worker only.
-    back_to_back: Box<[AtomicBool]>,
-    /// The stamp of the latest dispatch (see [`stamp`](Workers::stamp)), written under the
-    /// queue lock; only kept when spinning is on.
-    dispatched: AtomicU64,
     epoch: Instant,
     spin: Duration,
 }
@@ -79,12 +78,8 @@ impl Workers {
                 spinning: 0,
             }),
             pending: AtomicUsize::new(0),
-            finishing: AtomicUsize::new(0),
-            counted: (0..count).map(|_| AtomicBool::new(false)).collect(),
             started: (0..count).map(|_| AtomicU64::new(0)).collect(),
             wake: (0..count).map(|_| Condvar::new()).collect(),
-            back_to_back: (0..count).map(|_| AtomicBool::new(false)).collect(),
-            dispatched: AtomicU64::new(0),
             epoch: Instant::now(),
             spin,
         }
@@ -99,15 +94,15 @@ impl Workers {
     /// is parked (a worker looks at the queue, under its lock, before it parks).
     pub(crate) fn dispatch(&self, task: Arc<dyn Task>) {
         let woken = {
+            let at = if self.spin.is_zero() {
+                0
+            } else {
+                self.stamp(Instant::now())
+            };
             let mut queue = lock(&self.queue);
-            if !self.spin.is_zero() {
-                self.dispatched
-                    .store(self.stamp(Instant::now()), Ordering::Relaxed);
-            }
-            queue.tasks.push_back(task);
+            queue.tasks.push_back(Queued { task, at });
             self.pending.store(queue.tasks.len(), Ordering::Relaxed);
-            let ready = queue.spinning + self.finishing.load(Ordering::Acquire);
-            let woken = if queue.tasks.len() > ready {
+            let woken = if queue.tasks.len() > queue.spinning {
                 queue.idle.pop()
             } else {
                 None
@@ -129,28 +124,28 @@ impl Workers {
     ///
     /// A worker spins for the configured time before parking only when its jobs come back
     /// to back: when its last job was dispatched within that time of the worker running
-    /// out of jobs. A worker whose jobs are spaced out parks at once and burns nothing
-    /// between them; the first job of a burst finds it parked, the next ones find it
-    /// spinning.
-    pub(crate) fn next_task(&self, index: usize, done: impl Fn() -> bool) -> Option<Arc<dyn Task>> {
+    /// out of jobs. `back_to_back` is that worker's own record of it, kept by its loop. A
+    /// worker whose jobs are spaced out parks at once and burns nothing between them; the
+    /// first job of a burst finds it parked, the next ones find it spinning.
+    pub(crate) fn next_task(
+        &self,
+        index: usize,
+        back_to_back: &mut bool,
+        done: impl Fn() -> bool,
+    ) -> Option<Arc<dyn Task>> {
         let idle_from = (!self.spin.is_zero()).then(|| self.stamp(Instant::now()));
-        let mut spun = !self.back_to_back[index].load(Ordering::Relaxed);
+        let mut may_spin = *back_to_back;
         let mut queue = lock(&self.queue);
-        // Looking at the queue now, under its lock: no longer finishing.
-        if self.counted[index].swap(false, Ordering::Relaxed) {
-            self.finishing.fetch_sub(1, Ordering::Release);
-        }
         loop {
-            if let Some(task) = queue.tasks.pop_front() {
+            if let Some(Queued { task, at }) = queue.tasks.pop_front() {
                 self.pending.store(queue.tasks.len(), Ordering::Relaxed);
                 // A worker woken spuriously may still be listed as idle: unlist it, or a
                 // later dispatch would "wake" this busy worker while another stays parked.
                 queue.unlist(index);
                 if let Some(from) = idle_from {
                     // Zero when the job was queued before this worker looked.
-                    let gap = self.dispatched.load(Ordering::Relaxed).saturating_sub(from);
-                    let quick = u128::from(gap) <= self.spin.as_nanos();
-                    self.back_to_back[index].store(quick, Ordering::Relaxed);
+                    let gap = at.saturating_sub(from);
+                    *back_to_back = u128::from(gap) <= self.spin.as_nanos();
                 }
                 return Some(task);
             }
@@ -158,8 +153,8 @@ impl Workers {
                 queue.unlist(index);
                 return None;
             }
-            if !spun {
-                spun = true;
+            if may_spin {
+                may_spin = false;
                 queue.spinning += 1;
                 drop(queue);
                 self.spin_for_work(&done);
@@ -206,14 +201,6 @@ impl Workers {
         for index in std::mem::take(&mut queue.idle) {
             queue.listed[index] = false;
             self.wake[index].notify_one();
-        }
-    }
-
-    /// Worker `index` is about to deliver its job's outcome, after which it looks at the
-    /// queue again (see `finishing`).
-    pub(crate) fn finishing(&self, index: usize) {
-        if !self.counted[index].swap(true, Ordering::Relaxed) {
-            self.finishing.fetch_add(1, Ordering::Release);
         }
     }
 
