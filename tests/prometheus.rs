@@ -120,6 +120,8 @@ fn counts_match_what_happened_through_saturation() {
             job.await.unwrap();
         }
         assert_eq!(waiter.await.unwrap(), Err("queued then failed"));
+        // Slots go back just after delivery (the slot rule).
+        pool.wait_idle().await;
         let orphan = pool.try_run(|| -> () { panic!("orphaned walk") }).unwrap();
         drop(orphan);
         assert!(receiver.recv().await.is_some());
