@@ -8,9 +8,9 @@
 //! ```
 //!
 //! This file is the pattern; `cli.rs` parses the flags and `http.rs` is HTTP plumbing (it
-//! keeps connection floods from locking scrapers out). `/metrics` renders the registry (`--series` gauges,
-//! some kept moving) on the pool, gzip-compressed there if asked, or answers 503 +
-//! `Retry-After` at once when no slot is free. Its budget is the earliest of
+//! keeps connection floods from locking scrapers out). `/metrics` renders the registry
+//! (`--series` gauges, some kept moving) on the pool, gzip-compressed there if asked, or
+//! answers 503 + `Retry-After` at once when no slot is free. Its budget is the earliest of
 //! `--scrape-budget-ms` and the caller's own budgets, less the offset; past it: 503, and the
 //! walk keeps its slot until it ends. `/` shows the pool's stats, `/healthz` never touches
 //! the pool, and a background cardinality walk waits its turn.
@@ -161,10 +161,8 @@ async fn route(app: &App, request: Request<Incoming>) -> Result<Reply, Infallibl
         "/" => {
             let (stats, cache) = (app.pool.stats(), app.cache.as_ref().map(Refresh::stats));
             let (open, card) = (app.conns.open(), app.cardinality.borrow());
-            reply(
-                200,
-                format!("{open} connections; {card}\n{stats:#?}\n{cache:#?}\n"),
-            )
+            let page = format!("{open} connections; {card}\n{stats:#?}\n{cache:#?}\n");
+            reply(200, page)
         }
         _ => reply(404, "not found\n"),
     })
@@ -173,13 +171,8 @@ async fn route(app: &App, request: Request<Incoming>) -> Result<Reply, Infallibl
 async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
     let body = match &app.cache {
         Some(cache) => match cache.get(deadline).await {
-            Ok((plain, zipped)) => {
-                if gzip {
-                    zipped
-                } else {
-                    plain
-                }
-            }
+            Ok((_, zipped)) if gzip => zipped,
+            Ok((plain, _)) => plain,
             Err(err) => return reply(503, format!("no registry walk in time: {err}\n")),
         },
         None => {
