@@ -359,13 +359,22 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// drop(permit);
     /// ```
     pub fn try_acquire(&self, key: K) -> Result<KeyPermit<K>, Busy<K>> {
+        let taken = self.try_acquire_uncounted(key);
+        if taken.is_err() {
+            self.inner.rejected.bump();
+        }
+        taken
+    }
+
+    /// [`try_acquire`](Self::try_acquire) without counting a refusal: for a caller that
+    /// goes on to wait in line (the tower layer's waiting mode), which is not refused.
+    pub(crate) fn try_acquire_uncounted(&self, key: K) -> Result<KeyPermit<K>, Busy<K>> {
         let inner = &*self.inner;
         let mut state = inner.lock();
         let now = Instant::now();
         match state.entries.get_mut(&key) {
             Some(entry) if !entry.admits_now() => {
                 drop(state);
-                inner.rejected.bump();
                 return Err(Busy { key });
             }
             Some(entry) => {

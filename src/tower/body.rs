@@ -79,7 +79,8 @@ impl<B: Body> Body for AdmissionBody<B> {
         let Some(inner) = this.inner.as_pin_mut() else {
             return Poll::Ready(None);
         };
-        // A panic in the inner body unwinds through here and drops us: the slot goes too.
+        // A panic in the inner body unwinds through here; the slot stays held until the
+        // owner drops this body (a smol task is dropped when its future panics).
         let frame = std::task::ready!(inner.poll_frame(cx));
         if !matches!(frame, Some(Ok(_))) {
             // The body ended, by its last frame or an error: the response is written.

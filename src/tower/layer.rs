@@ -188,6 +188,12 @@ impl<M: Mode> AdmissionLayer<M> {
     /// neither, the wait has no end). A request whose deadline passes in line gets the
     /// 503; a slot granted to it at that moment passes on to the next in line.
     ///
+    /// The order is that of the waiting futures' first poll (a server polls each at once,
+    /// so in practice the order of arrival), and [`waiting`](AdmissionLayer::waiting)
+    /// counts requests from that poll on. Once admitted, the request waits for its own
+    /// clone of the inner service to be ready, within the same deadline, holding its slot:
+    /// a waiter reserves nothing of the inner service while it is in line.
+    ///
     /// # Examples
     ///
     /// ```

@@ -8,10 +8,12 @@
 //!
 //! - **Fail fast**: no free slot, and the request gets `503 Service Unavailable` with
 //!   `Retry-After` (the average time a slot is held, in whole seconds). Nothing queues;
-//!   the refusal is one atomic load and costs the two allocations of the response's header
-//!   map.
+//!   the decision is a few atomic operations on the gate's word (a lock and a map lookup
+//!   per key, in keyed mode) and allocates nothing; the response costs the two allocations
+//!   of its header map.
 //! - **Or wait**, in FIFO order, within the request's deadline
-//!   ([`AdmissionLayer::wait_within_deadline`]).
+//!   ([`AdmissionLayer::wait_within_deadline`]); once admitted, the request also waits
+//!   for the inner service's readiness within that deadline.
 //! - **The slot covers the whole response.** It is held by the response body
 //!   ([`AdmissionBody`]) until the body has ended or is dropped, not only until the handler
 //!   returns; and by every clone of the request's [`Slot`] that the handler moved into work

@@ -39,8 +39,9 @@ pub mod sealed {
         type Wait: Future<Output = Option<Self::Permit>> + Send + Unpin + 'static;
 
         /// A slot now, or the ticket to wait with; the request comes back either way.
-        /// Never waits, never allocates a refusal.
-        fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B>;
+        /// Never waits, never allocates a refusal. `will_wait`: the request waits in line
+        /// if no slot is free, so a busy gate is not a refusal (and not counted as one).
+        fn try_admit<B>(&self, request: Request<B>, will_wait: bool) -> AdmitOutcome<Self, B>;
         /// Starts waiting in line with `ticket` (nothing happens until it is polled).
         fn wait(&self, ticket: Self::Ticket) -> Self::Wait;
         /// The mode's counters.
@@ -314,7 +315,8 @@ impl Admit for Slots {
     type Ticket = ();
     type Wait = SlotsWait;
 
-    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
+    fn try_admit<B>(&self, request: Request<B>, _will_wait: bool) -> AdmitOutcome<Self, B> {
+        // The gate counts nothing; the layer counts its own refusals.
         match self.shared.gate.try_acquire() {
             Ok(()) => AdmitOutcome::Now(
                 SlotPermit {
@@ -413,11 +415,18 @@ where
     type Ticket = K;
     type Wait = KeyedWait<K>;
 
-    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
+    fn try_admit<B>(&self, request: Request<B>, will_wait: bool) -> AdmitOutcome<Self, B> {
         let (parts, body) = request.into_parts();
         let key = (self.key)(&parts);
         let request = Request::from_parts(parts, body);
-        match self.gate.try_acquire(key) {
+        // The gate's own refusal count (`loopguard_keyed_rejected_total`) counts the
+        // requests refused, not those that go on to wait.
+        let taken = if will_wait {
+            self.gate.try_acquire_uncounted(key)
+        } else {
+            self.gate.try_acquire(key)
+        };
+        match taken {
             Ok(permit) => AdmitOutcome::Now(permit, request),
             Err(busy) => AdmitOutcome::Later(busy.into_key(), request),
         }

@@ -14,17 +14,24 @@ use super::body::AdmissionBody;
 use super::layer::AdmissionConfig;
 use super::mode::{AdmissionStats, AdmitOutcome, Mode, Slot, Slots};
 use super::refuse::refusal;
-use crate::deadline::{Deadline, Within};
+use crate::deadline::{Deadline, DeadlineTimer, Within, poll_timer};
 
 /// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
 /// admitted through the layer's gate before the inner service sees it.
 ///
 /// The inner service is called only for an admitted request, with its [`Slot`] (and its
 /// [`Deadline`], if the layer gives one) in the extensions. Readiness is the inner
-/// service's: admission is decided in `call`, so a refusal never waits.
+/// service's (a server waits for it before it calls, so before this layer sees the request
+/// or its deadline); admission is decided in `call`, so a refusal never waits.
 ///
-/// A request that waits in line ([`wait_within_deadline`]) is handed the service that was
-/// polled ready; a clone stays behind for the next one, so waiting needs `S: Clone`.
+/// A request that waits in line ([`wait_within_deadline`]) takes a clone of the inner
+/// service and, once admitted, waits for that clone's readiness within the same deadline
+/// (past it: `503`, and its slot goes on). The readiness the request was called with
+/// stays with the service it was called on (for its next request, or given back when it is
+/// dropped, as tower's `oneshot` and hyper's tower adapter do after each call), so a waiter
+/// holds no reservation of the inner service (a `ConcurrencyLimit` permit, a `Buffer`
+/// slot) that would keep requests for other keys, or ones a slot is free for, from getting
+/// past `poll_ready`.
 ///
 /// [`wait_within_deadline`]: super::AdmissionLayer::wait_within_deadline
 ///
@@ -127,7 +134,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let state = match self.mode.try_admit(request) {
+        let state = match self.mode.try_admit(request, self.config.wait) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
                 let slot = Slot::grant(self.mode.stats(), permit);
@@ -142,20 +149,19 @@ where
             AdmitOutcome::Later(ticket, request) if self.config.wait => {
                 match self.config.deadline(&request) {
                     Some(deadline) if deadline.is_expired() => self.refuse(),
-                    deadline => {
-                        // The ready service goes with the request; a clone stays behind.
-                        let clone = self.inner.clone();
-                        ResponseState::Waiting {
-                            line: Box::new(WaitingRequest {
-                                wait: (deadline.unwrap_or(Deadline::never()))
-                                    .run(self.mode.wait(ticket)),
-                                service: Some(std::mem::replace(&mut self.inner, clone)),
-                                request: Some(request),
-                                deadline,
-                                stats: self.mode.stats().clone(),
-                            }),
-                        }
-                    }
+                    deadline => ResponseState::Waiting {
+                        // A clone goes with the request; the ready service stays behind.
+                        line: Box::new(WaitingRequest {
+                            wait: (deadline.unwrap_or(Deadline::never()))
+                                .run(self.mode.wait(ticket)),
+                            permit: None,
+                            timer: None,
+                            service: Some(self.inner.clone()),
+                            request: Some(request),
+                            deadline,
+                            stats: self.mode.stats().clone(),
+                        }),
+                    },
                 }
             }
             // Fail fast: no clock read, no header parsed, nothing queued.
@@ -178,13 +184,30 @@ impl<S, M: Mode> Admission<S, M> {
     }
 }
 
-/// A request waiting in line (boxed: the other states stay small).
+/// A request waiting in line, then for its service's readiness (boxed: the other states
+/// stay small).
 struct WaitingRequest<S, ReqB, M: Mode> {
     wait: Within<M::Wait>,
+    /// The slot, once granted, while the service gets ready.
+    permit: Option<M::Permit>,
+    /// The deadline's timer while the service gets ready.
+    timer: Option<DeadlineTimer>,
+    /// A clone of the inner service, not yet polled ready.
     service: Option<S>,
     request: Option<Request<ReqB>>,
     deadline: Option<Deadline>,
     stats: Arc<AdmissionStats>,
+}
+
+impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
+    /// Refuses the request (no slot in time, or the gate closed): its permit, if any, goes
+    /// back when the state is replaced.
+    fn refused(&self) -> ResponseState<S, ReqB, M> {
+        self.stats.reject();
+        ResponseState::Refused {
+            retry_after: self.stats.retry_after(),
+        }
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -249,16 +272,44 @@ where
         loop {
             match state.as_mut().project() {
                 ResponseStateProj::Waiting { line } => {
-                    // A permit that arrives at or after the deadline is dropped (passed
-                    // on) by `Within`.
-                    let granted = std::task::ready!(Pin::new(&mut line.wait).poll(cx));
-                    let (Ok(Some(permit)), Some(mut service), Some(request)) =
-                        (granted, line.service.take(), line.request.take())
+                    if line.permit.is_none() {
+                        // A permit that arrives at or after the deadline is dropped (passed
+                        // on) by `Within`.
+                        match std::task::ready!(Pin::new(&mut line.wait).poll(cx)) {
+                            Ok(Some(permit)) => line.permit = Some(permit),
+                            Ok(None) | Err(_) => {
+                                let refused = line.refused();
+                                state.set(refused);
+                                continue;
+                            }
+                        }
+                    }
+                    // Admitted: this request's own service must get ready, in time. Its
+                    // `poll_ready` is user code; if it panics, the permit stays in place
+                    // and goes back when this future is dropped.
+                    let Some(service) = line.service.as_mut() else {
+                        panic!("`ResponseFuture` polled after a panic in `call`");
+                    };
+                    match service.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => {}
+                        Poll::Ready(Err(err)) => {
+                            state.set(ResponseState::Done);
+                            return Poll::Ready(Err(err));
+                        }
+                        Poll::Pending => {
+                            let at = line.deadline.and_then(|deadline| deadline.instant());
+                            if at.is_some_and(|at| poll_timer(&mut line.timer, at, cx)) {
+                                let refused = line.refused();
+                                state.set(refused);
+                                continue;
+                            }
+                            return Poll::Pending;
+                        }
+                    }
+                    let (Some(permit), Some(mut service), Some(request)) =
+                        (line.permit.take(), line.service.take(), line.request.take())
                     else {
-                        line.stats.reject();
-                        let retry_after = line.stats.retry_after();
-                        state.set(ResponseState::Refused { retry_after });
-                        continue;
+                        unreachable!("taken once, just before `Running`");
                     };
                     let slot = Slot::grant(&line.stats, permit);
                     let request = admitted(request, &slot, line.deadline);
