@@ -1,13 +1,15 @@
 //! A `Waker` whose `clone` panics, polled into a queued `Run` or a waiting keyed `Acquire`:
 //! the panic is the caller's (it comes out of the caller's own poll), but the future keeps
 //! its place, so dropping it afterwards withdraws it. No slot is granted to a dead waiter,
-//! no phantom demand stays behind, and the key is pruned as usual.
+//! no phantom demand stays behind, and the key is pruned as usual. A waker whose `drop`
+//! panics, dropped when a keyed waiter leaves the line, is contained the same way.
 
 mod common;
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
@@ -96,6 +98,53 @@ fn a_keyed_acquire_whose_waker_clone_panicked_leaves_no_phantom_demand() {
     gate.prune_at(later);
     assert_eq!(gate.tracked_keys(), 0, "the key is never pruned");
     assert!(gate.try_acquire("busy").is_ok());
+}
+
+static DROP_ARMED: AtomicBool = AtomicBool::new(false);
+
+fn clone_drop_panicking(_: *const ()) -> RawWaker {
+    RawWaker::new(std::ptr::null(), &DROP_PANICS)
+}
+fn drop_panics(_: *const ()) {
+    if DROP_ARMED.load(Ordering::SeqCst) {
+        panic!("waker drop boom")
+    }
+}
+
+static DROP_PANICS: RawWakerVTable =
+    RawWakerVTable::new(clone_drop_panicking, no_op, no_op, drop_panics);
+
+#[test]
+fn a_keyed_acquire_whose_waker_drop_panics_leaves_the_line_cleanly() {
+    let window = Duration::from_millis(50);
+    let gate = KeyedGate::builder("drop").window(window).build().unwrap();
+    let permit = gate.try_acquire("busy").unwrap();
+    let mut acquire = Box::pin(gate.acquire("busy"));
+    {
+        // SAFETY: as `clone_panicking_waker`: the data pointer is never read, and every
+        // vtable function is sound for it on any thread.
+        let waker = unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &DROP_PANICS)) };
+        let mut cx = Context::from_waker(&waker);
+        assert!(acquire.as_mut().poll(&mut cx).is_pending(), "it waits");
+    }
+    // The gate keeps a clone; leaving the line drops it, and that panics.
+    DROP_ARMED.store(true, Ordering::SeqCst);
+    let dropped = catch_unwind(AssertUnwindSafe(|| drop(acquire)));
+    DROP_ARMED.store(false, Ordering::SeqCst);
+    assert!(
+        dropped.is_ok(),
+        "the waker's panic came out of `Acquire::drop`"
+    );
+    assert_eq!(gate.waiting(&"busy"), 0);
+    drop(permit);
+    let later = Instant::now() + 3 * window;
+    assert_eq!(
+        gate.demand_at(&"busy", later),
+        0.0,
+        "a phantom unit of demand"
+    );
+    gate.prune_at(later);
+    assert_eq!(gate.tracked_keys(), 0, "the key is never pruned");
 }
 
 /// A no-op HTTP service for the tower layer.

@@ -168,7 +168,7 @@ impl<K: Hash + Eq> Keys<K> {
 
     /// Removes the waiter `id` of `key`; a slot already handed to it moves on.
     fn cancel(&self, key: &K, id: u64) {
-        let waker = {
+        let (removed, waker) = {
             let mut state = self.lock();
             let now = Instant::now();
             let Some(entry) = state.entries.get_mut(key) else {
@@ -177,15 +177,18 @@ impl<K: Hash + Eq> Keys<K> {
             let Some(index) = entry.waiters.iter().position(|w| w.id == id) else {
                 return;
             };
-            entry.waiters.remove(index);
+            // Kept until the lock is released: its waker's `Drop` is user code.
+            let removed = entry.waiters.remove(index);
             entry.demand.add_at(now, -1);
-            if index < entry.granted {
+            let waker = if index < entry.granted {
                 entry.granted -= 1;
                 entry.release_slot()
             } else {
                 None
-            }
+            };
+            (removed, waker)
         };
+        contain("a Waker", || drop(removed));
         if let Some(waker) = waker {
             wake(waker);
         }
