@@ -86,9 +86,8 @@ struct Handler {
     seen: Sender<Option<Duration>>,
     /// The body's frames; the body ends when the sender goes.
     body: Arc<Mutex<Option<Frames>>>,
-    /// Held by the handler's work, if any, until it opens; the work keeps the request's
-    /// `Slot` meanwhile.
-    work: Option<(Pool, Latch)>,
+    /// The handler's work on a pool, if any; it keeps the request's `Slot` until it ends.
+    work: Option<Walk>,
     /// Told when the handler's future is dropped.
     dropped: Sender<()>,
 }
@@ -123,11 +122,17 @@ impl Service<Request<Incoming>> for Handler {
         let guard = DropSignal(self.dropped.clone());
         Box::pin(async move {
             let _guard = guard;
-            if let Some((pool, latch)) = work {
+            if let Some(Walk {
+                pool,
+                started,
+                release,
+            }) = work
+            {
                 // The walk keeps the slot until it ends, whoever still waits for it.
                 let walk = pool.run(move || {
                     let _slot = slot;
-                    latch.wait();
+                    started.open();
+                    release.wait();
                 });
                 walk.await.unwrap();
             }
@@ -141,8 +146,17 @@ impl Service<Request<Incoming>> for Handler {
     }
 }
 
+/// Work the handler runs on a pool before it answers: it opens `started`, then blocks
+/// until `release` opens.
+#[derive(Clone)]
+struct Walk {
+    pool: Pool,
+    started: Latch,
+    release: Latch,
+}
+
 /// A handler, and the receiving ends of what it reports.
-fn handler(work: Option<(Pool, Latch)>) -> (Handler, Receiver<Option<Duration>>, Receiver<()>) {
+fn handler(work: Option<Walk>) -> (Handler, Receiver<Option<Duration>>, Receiver<()>) {
     let (seen, seen_rx) = unbounded();
     let (dropped, dropped_rx) = unbounded();
     let handler = Handler {
@@ -227,7 +241,9 @@ fn retry_after(response: &Response<Incoming>) -> u64 {
     value.to_str().unwrap().parse().unwrap()
 }
 
-/// Polls `cond` until it holds (each check after a short timer, bounded by the watchdog).
+/// Polls `cond` until it holds (each check after a short timer, bounded by the watchdog),
+/// for state the layer reports only when asked (`waiting()`, a key's `in_use`): the timer
+/// paces the checks, it orders nothing.
 async fn until(what: &str, cond: impl Fn() -> bool) {
     let start = Instant::now();
     while !cond() {
@@ -328,8 +344,13 @@ on_smol_and_local!(
             .workers(1)
             .build()
             .unwrap();
-        let latch = Latch::new();
-        let (handler, seen, dropped) = handler(Some((pool.clone(), latch.clone())));
+        let (started, latch) = (Latch::new(), Latch::new());
+        let walk = Walk {
+            pool: pool.clone(),
+            started: started.clone(),
+            release: latch.clone(),
+        };
+        let (handler, seen, dropped) = handler(Some(walk));
         let layer = AdmissionLayer::new(1);
         let addr = serve(layer.layer(handler), &spawn);
 
@@ -341,7 +362,8 @@ on_smol_and_local!(
             .await
             .unwrap();
         seen.recv().await.unwrap();
-        until("the walk runs", || pool.in_use() == 1).await;
+        blocking::unblock(move || started.wait()).await;
+        assert_eq!(pool.in_use(), 1, "the walk runs");
         drop(stream);
         // hyper notices the hang-up and drops the handler's future; the walk runs on.
         dropped.recv().await.unwrap();
