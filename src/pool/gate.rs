@@ -388,14 +388,23 @@ mod loom_model {
         (flag.clone(), Waker::from(flag))
     }
 
-    /// One slot, held; `release` on another thread.
-    fn held_gate() -> (Arc<Gate>, thread::JoinHandle<usize>) {
+    /// A gate of one slot, held.
+    fn held() -> Arc<Gate> {
         let gate = Arc::new(Gate::new(1));
         gate.try_acquire().unwrap();
-        let releaser = {
-            let gate = gate.clone();
-            thread::spawn(move || gate.release())
-        };
+        gate
+    }
+
+    /// `release` of `gate` on another thread.
+    fn spawn_release(gate: &Arc<Gate>) -> thread::JoinHandle<usize> {
+        let gate = gate.clone();
+        thread::spawn(move || gate.release())
+    }
+
+    /// One slot, held; `release` on another thread.
+    fn held_gate() -> (Arc<Gate>, thread::JoinHandle<usize>) {
+        let gate = held();
+        let releaser = spawn_release(&gate);
         (gate, releaser)
     }
 
@@ -428,14 +437,10 @@ mod loom_model {
     #[test]
     fn grant_races_waker_registration() {
         loom::model(|| {
-            let gate = Arc::new(Gate::new(1));
-            gate.try_acquire().unwrap();
+            let gate = held();
             let waiter = Waiter::new();
             assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
-            let releaser = {
-                let gate = gate.clone();
-                thread::spawn(move || gate.release())
-            };
+            let releaser = spawn_release(&gate);
             let (woken, waker) = flag();
             let seen = waiter.poll_state(&waker);
             releaser.join().unwrap();
@@ -450,14 +455,10 @@ mod loom_model {
     #[test]
     fn release_races_cancel() {
         loom::model(|| {
-            let gate = Arc::new(Gate::new(1));
-            gate.try_acquire().unwrap();
+            let gate = held();
             let waiter = Waiter::new();
             assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
-            let releaser = {
-                let gate = gate.clone();
-                thread::spawn(move || gate.release())
-            };
+            let releaser = spawn_release(&gate);
             // A waiter granted the slot meanwhile owns it and gives it back.
             if gate.cancel(&waiter) {
                 gate.release();
@@ -473,14 +474,10 @@ mod loom_model {
     #[test]
     fn try_acquire_never_overtakes_a_waiter() {
         loom::model(|| {
-            let gate = Arc::new(Gate::new(1));
-            gate.try_acquire().unwrap();
+            let gate = held();
             let waiter = Waiter::new();
             assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
-            let releaser = {
-                let gate = gate.clone();
-                thread::spawn(move || gate.release())
-            };
+            let releaser = spawn_release(&gate);
             assert_eq!(gate.try_acquire(), Err(Refused::Saturated));
             releaser.join().unwrap();
             assert_eq!(waiter.state(), WaitState::Granted);
@@ -596,16 +593,12 @@ mod loom_model {
     #[test]
     fn cancel_of_the_first_waiter_passes_the_grant_on() {
         loom::model(|| {
-            let gate = Arc::new(Gate::new(1));
-            gate.try_acquire().unwrap();
+            let gate = held();
             let mut first = SlotWait::new();
             let mut second = SlotWait::new();
             assert_eq!(first.start(&gate), Started::Queued);
             assert_eq!(second.start(&gate), Started::Queued);
-            let releaser = {
-                let gate = gate.clone();
-                thread::spawn(move || gate.release())
-            };
+            let releaser = spawn_release(&gate);
             if first.cancel(&gate) {
                 gate.release();
             }
