@@ -16,6 +16,7 @@ use std::time::Duration;
 use common::{LandsAtDeadline, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
+use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
 use loopguard::retry::{Retry, RetryError};
 use loopguard::{Fallible, Panicked};
@@ -28,19 +29,23 @@ fn soon() -> Deadline {
     Deadline::after(Duration::from_millis(30))
 }
 
+fn one_worker(handler: OrphanHandler) -> Pool {
+    Pool::builder()
+        .workers(1)
+        .on_orphan(handler)
+        .build()
+        .unwrap()
+}
+
 /// `Within` hands `Retry` a late `Err` of `Fallible` work (it travels inside `T`, as
-/// `Ok(Ok(Err(e)))`); `Retry` sees `Ok(Ok(_))` past its deadline and returns
-/// `RetryError::Deadline { last: None }`, dropping it: the failure is neither returned nor
-/// reported (src/retry/mod.rs, the `Ok(Ok(_)) if deadline.is_expired()` arm).
+/// `Ok(Ok(Err(e)))`) past `Retry`'s deadline. `Retry` used to answer
+/// `RetryError::Deadline { last: None }` and drop it, so the failure was neither returned
+/// nor reported; it must be one or the other.
 #[test]
 fn retry_does_not_drop_a_late_fallible_err() {
     quiet_expected_panics();
     let (handler, seen) = recording();
-    let pool = Pool::builder()
-        .workers(1)
-        .on_orphan(handler)
-        .build()
-        .unwrap();
+    let pool = one_worker(handler);
     let mut lost = Vec::new();
     for round in 0..ROUNDS {
         let job = pool.try_run(Fallible(|| Err::<u8, _>("late err"))).unwrap();
@@ -73,17 +78,15 @@ fn retry_does_not_drop_a_late_fallible_err() {
 
 /// A `Retry` with a budget of its own inside a shorter `Deadline::run`: attempt 1 takes a
 /// panic (the hand-off counts it as handed out), `Retry` retries and discards it, attempt 2
-/// succeeds in the same poll, past the outer deadline. The outer `Within` sees the count
-/// moved and returns the late *success*; the panic itself is neither returned nor reported.
+/// succeeds in the same poll, past the outer deadline. `Retry` used to leave the panic on
+/// the count, so the outer `Within` returned the late *success* while the panic was
+/// neither returned nor reported. A retried failure is consumed: the late success is
+/// refused as any late success is.
 #[test]
 fn within_does_not_return_a_late_success_when_retry_swallowed_the_failure() {
     quiet_expected_panics();
     let (handler, seen) = recording();
-    let pool = Pool::builder()
-        .workers(1)
-        .on_orphan(handler)
-        .build()
-        .unwrap();
+    let pool = one_worker(handler);
     type Attempt = Pin<Box<dyn Future<Output = Result<u8, Panicked>>>>;
     let mut late = Vec::new();
     for round in 0..ROUNDS {
