@@ -26,8 +26,6 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
-use crate::late;
-use crate::sync::Contained;
 
 /// An instant after which an operation must not go on, or `never`.
 ///
@@ -264,10 +262,10 @@ impl Deadline {
         }
     }
 
-    /// Runs `future` within this deadline.
+    /// Runs `future` within this deadline: a timeout.
     ///
-    /// See [`Within`] for the exact rules: nothing is polled after expiry, and a
-    /// result that completes at or after the deadline is refused.
+    /// See [`Within`] for the one rule: a poll that starts after the deadline resolves to
+    /// `Err(Expired)` without polling `future`; an output `future` produces is returned.
     ///
     /// # Examples
     ///
@@ -348,8 +346,8 @@ impl From<Expired> for io::Error {
     }
 }
 
-/// A timer whose reactor wakes the task through a contained waker.
-pub(crate) type DeadlineTimer = Contained<Timer>;
+/// The timer of a deadline, armed lazily at its instant.
+pub(crate) type DeadlineTimer = Timer;
 
 /// Polls `timer` (armed lazily at `at`), returning whether it has fired.
 pub(crate) fn poll_timer(
@@ -357,31 +355,31 @@ pub(crate) fn poll_timer(
     at: Instant,
     cx: &mut Context<'_>,
 ) -> bool {
-    let timer = timer.get_or_insert_with(|| Contained::new(Timer::at(at)));
+    let timer = timer.get_or_insert_with(|| Timer::at(at));
     Pin::new(timer).poll(cx).is_ready()
 }
 
 pin_project_lite::pin_project! {
     /// Future for [`Deadline::run()`]: the inner future's output, or [`Expired`].
     ///
-    /// On every poll:
+    /// **The rule, in one sentence:** a poll that starts at or after the deadline resolves
+    /// to `Err(Expired)` without polling the inner future; any other poll polls it, and an
+    /// output it produces is returned, even if the clock passed the deadline during that
+    /// poll.
     ///
-    /// 1. if the deadline has passed, it resolves to `Err(Expired)` *without polling
-    ///    the inner future*, so nothing new starts after expiry;
-    /// 2. it polls the inner future; if that is ready but the clock is now at or past
-    ///    the deadline, the result came late and is dropped: `Err(Expired)`;
-    /// 3. otherwise it arms a timer at the deadline (none for `never`) and waits.
+    /// So nothing new starts after expiry, and nothing the inner future handed over is
+    /// thrown away: an output (a success or a failure) is the caller's as soon as it
+    /// exists. When the inner future is pending, a timer at the deadline wakes the task.
+    /// This is tokio's `timeout` rule with one difference: tokio polls the inner future
+    /// first even after expiry, `Within` does not.
     ///
-    /// # Late failures
-    ///
-    /// One exception to step 2 keeps failures exactly-once: if, in that same poll, a
-    /// [`Job`](crate::pool::Job), [`Run`](crate::pool::Run) or
-    /// [`Shielded`](crate::shield::Shielded) inside handed the inner future a failure (a
-    /// panic, or an `Err` of [`Fallible`](crate::Fallible) work), the output is returned
-    /// even though it is late. The failure has left its hand-off, so dropping it here would
-    /// lose it; returned, it is the caller's. A late *success* is still refused. A failure
-    /// the inner future took in an earlier poll and still holds is the inner future's:
-    /// dropping that future drops it, as any user code dropping a value would.
+    /// Futures that own a hand-off judge lateness themselves, because only they can give
+    /// a refused output to someone else: [`Pool::run_within`](crate::pool::Pool::run_within),
+    /// [`Pool::try_run_within`](crate::pool::Pool::try_run_within),
+    /// [`Retry`](crate::retry::Retry) and [`Refresh`](crate::refresh::Refresh) refuse a
+    /// success that lands after their deadline and report a refused failure exactly once.
+    /// Wrapping a [`Job`](crate::pool::Job) in `Within` needs no such care: a job the
+    /// deadline stops polling is dropped, which orphans it, and its failure is reported.
     ///
     /// Expiry is cooperative: a blocking inner `poll` is never interrupted.
     ///
@@ -448,13 +446,8 @@ impl<F: Future> Future for Within<F> {
         if deadline.is_expired() {
             return Poll::Ready(Err(Expired));
         }
-        let mark = late::mark();
         if let Poll::Ready(output) = this.future.poll(cx) {
-            // Judge the result by the clock after it was produced: a late one is refused,
-            // unless a loopguard hand-off gave it a failure in this very poll (a failure
-            // must be returned or reported, never dropped; see the type's docs).
-            let late = deadline.is_expired() && !late::handed_out_since(mark);
-            return Poll::Ready(if late { Err(Expired) } else { Ok(output) });
+            return Poll::Ready(Ok(output));
         }
         match deadline.instant() {
             Some(at) if poll_timer(this.timer, at, cx) => Poll::Ready(Err(Expired)),

@@ -21,9 +21,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::failure::{Classifier, Panicked};
-use crate::late;
 use crate::orphan::Reporter;
-use crate::sync::{lock, wake};
+use crate::sync::{drop_contained, lock, wake};
 
 /// Where an outcome stands.
 enum Stage<T> {
@@ -123,33 +122,52 @@ impl<T> Handoff<T> {
     ///
     /// When polled again after it returned `Ready`, with `what` naming the handle.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, what: &str) -> Poll<Taken<T>> {
-        let mut stage = lock(&self.stage);
-        match &mut *stage {
-            Stage::Running(waker) => {
-                match waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    // The clone is user code; if it panics, the stage is still `Running`.
-                    _ => *waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
-            Stage::Ready(..) => match std::mem::replace(&mut *stage, Stage::Taken) {
-                Stage::Ready(result, elapsed) => {
-                    if self.is_failure(&result) {
-                        // From here on the failure is the caller's: no deadline may drop it.
-                        late::handed_out();
+        // The task's waker, cloned outside the lock: the clone is user code (if it panics,
+        // the stage is still `Running`), and so is the `Drop` of a waker it replaces, which
+        // runs after the lock is released, contained, and may call back into this hand-off.
+        let mut fresh: Option<Waker> = None;
+        loop {
+            let mut stage = lock(&self.stage);
+            match &mut *stage {
+                Stage::Running(waker) => {
+                    if matches!(waker, Some(w) if w.will_wake(cx.waker())) {
+                        drop(stage);
+                        drop_contained("a Waker", fresh);
+                        return Poll::Pending;
                     }
-                    Poll::Ready(Taken::Outcome(result, elapsed))
+                    match fresh.take() {
+                        Some(new) => {
+                            let stale = waker.replace(new);
+                            drop(stage);
+                            drop_contained("a Waker", stale);
+                            return Poll::Pending;
+                        }
+                        None => {
+                            drop(stage);
+                            fresh = Some(cx.waker().clone());
+                        }
+                    }
                 }
-                _ => unreachable!("matched `Ready`"),
-            },
-            Stage::Abandoned => {
-                *stage = Stage::Taken;
-                Poll::Ready(Taken::Abandoned)
-            }
-            Stage::Orphaned | Stage::Taken => {
-                drop(stage);
-                panic!("`{what}` polled after completion")
+                Stage::Ready(..) => {
+                    let Stage::Ready(result, elapsed) = std::mem::replace(&mut *stage, Stage::Taken)
+                    else {
+                        unreachable!("matched `Ready`")
+                    };
+                    drop(stage);
+                    drop_contained("a Waker", fresh);
+                    return Poll::Ready(Taken::Outcome(result, elapsed));
+                }
+                Stage::Abandoned => {
+                    *stage = Stage::Taken;
+                    drop(stage);
+                    drop_contained("a Waker", fresh);
+                    return Poll::Ready(Taken::Abandoned);
+                }
+                Stage::Orphaned | Stage::Taken => {
+                    drop(stage);
+                    drop_contained("a Waker", fresh);
+                    panic!("`{what}` polled after completion")
+                }
             }
         }
     }
@@ -162,7 +180,7 @@ impl<T> Handoff<T> {
             Stage::Running(waker) => {
                 *stage = Stage::Orphaned;
                 drop(stage);
-                crate::sync::drop_quietly(waker);
+                drop_contained("a Waker", waker);
             }
             Stage::Ready(result, elapsed) => {
                 drop(stage);
@@ -186,13 +204,10 @@ impl<T> Handoff<T> {
             .orphaned_outcome(result, self.classify, elapsed);
     }
 
-    /// The handle's side: an outcome it took in this poll is refused after all (it came
-    /// after the caller's deadline). A failure among it is taken back from the late-output
-    /// count and reported: it reaches the handler instead of the caller.
+    /// The handle's side: an outcome it took is refused after all (it came after the
+    /// caller's deadline). A failure among it is reported: it reaches the handler instead
+    /// of the caller. A refused success is dropped, its `Drop` contained.
     pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        if self.is_failure(&result) {
-            late::taken_back();
-        }
         self.report(result, elapsed);
     }
 }

@@ -128,7 +128,7 @@
 
 mod failure;
 mod handoff;
-mod late;
+mod signal;
 mod sync;
 
 pub mod deadline;

@@ -1,11 +1,13 @@
 //! Small helpers shared by the modules: poison-free locking, and the one way this crate
-//! calls code it does not own.
+//! contains code it does not own.
 //!
-//! Every call into user code (a job, a `Waker`, a logger, a metrics recorder, an orphan
-//! handler, a `Debug` or `Drop` impl) goes through [`contain`] or one of the helpers built on
-//! it, at the place where it happens. A panic there is caught, so it cannot unwind into a
-//! worker loop, a `Drop`, or a hand-off that still has work to do, and it leaves a trace:
-//! [`trace_panic`] writes one line to stderr, which needs no user code at all.
+//! Where loopguard itself calls such code (a job, a waker it stored, a logger, a metrics
+//! recorder, an orphan handler, a failure's `Debug`, the `Drop` of an output or of a waker
+//! it let go), the call goes through [`contain`] or a helper built on it, with loopguard's
+//! own state already consistent and no lock held. A panic there is caught, so it cannot
+//! unwind into a worker loop, a `Drop`, or a hand-off that still has work to do, and it
+//! leaves a trace: [`trace_panic`] writes one line to stderr, which needs no user code.
+//! Other crates' primitives are not wrapped: what they call is theirs to call.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +84,12 @@ pub(crate) fn drop_quietly<T>(value: T) -> bool {
     catch_unwind(AssertUnwindSafe(move || drop(value))).is_err()
 }
 
+/// Drops `value`, an output of user code nobody will take, containing a panic in its `Drop`
+/// and leaving a trace naming `what`.
+pub(crate) fn drop_contained<T>(what: &str, value: T) {
+    contain(what, move || drop(value));
+}
+
 /// Wakes a task. A `Waker` is user code: a panic in it must not unwind into a worker, a
 /// `Drop`, or a loop that still has other tasks to wake.
 pub(crate) fn wake(waker: Waker) {
@@ -95,79 +103,3 @@ macro_rules! log_contained {
     };
 }
 pub(crate) use log_contained;
-
-/// A wrapper waker whose `wake` contains a panic of the real one.
-struct ContainedWake(Waker);
-
-impl std::task::Wake for ContainedWake {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        contain("a Waker", || self.0.wake_by_ref());
-    }
-}
-
-/// The wrapper of the task's waker handed to code that calls wakers itself without
-/// containing them (event-listener's `notify`, async-channel's send, async-io's timers):
-/// a panicking task waker then cannot unwind into that code, out of a `Drop`, or into a
-/// thread that still has other tasks to wake. Cached per task (`will_wake`), so a future
-/// polled again by the same task makes no new wrapper.
-#[derive(Default)]
-pub(crate) struct Wakers {
-    cached: Option<(Waker, Waker)>,
-}
-
-impl Wakers {
-    /// The wrapper for `real`.
-    pub(crate) fn wrap(&mut self, real: &Waker) -> &Waker {
-        let fresh = !matches!(&self.cached, Some((r, _)) if r.will_wake(real));
-        if fresh {
-            // Two clones of user code: if either panics, nothing has changed here.
-            let inner = real.clone();
-            let wrapped = Waker::from(std::sync::Arc::new(ContainedWake(real.clone())));
-            self.cached = Some((inner, wrapped));
-        }
-        match &self.cached {
-            Some((_, wrapped)) => wrapped,
-            None => unreachable!("just set"),
-        }
-    }
-}
-
-impl std::fmt::Debug for Wakers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wakers").finish_non_exhaustive()
-    }
-}
-
-/// A future polled with a contained waker (see [`Wakers`]).
-#[derive(Debug)]
-pub(crate) struct Contained<F> {
-    inner: F,
-    wakers: Wakers,
-}
-
-impl<F> Contained<F> {
-    pub(crate) fn new(inner: F) -> Contained<F> {
-        Contained {
-            inner,
-            wakers: Wakers::default(),
-        }
-    }
-}
-
-impl<F: std::future::Future + Unpin> std::future::Future for Contained<F> {
-    type Output = F::Output;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<F::Output> {
-        let this = self.get_mut();
-        let waker = this.wakers.wrap(cx.waker());
-        let mut cx = std::task::Context::from_waker(waker);
-        std::pin::Pin::new(&mut this.inner).poll(&mut cx)
-    }
-}

@@ -1,8 +1,11 @@
-//! One rule for late outputs: a failure that arrives after a deadline is returned or
-//! reported, never dropped, whichever way the caller composed its waits
-//! (`Deadline::run(job)`, `Deadline::run(pool.run(..))`, `Deadline::run(shielded)`, and a
-//! `Refresh` whose collection panics just as its starter's deadline passes). A late
-//! success is still refused.
+//! One rule for late outputs, owned where the hand-off is owned.
+//!
+//! - `Deadline::run` is a timeout: an output produced in a poll that started before the
+//!   deadline is returned (a failure or a success), so nothing a hand-off gave it is
+//!   dropped on the way out.
+//! - The futures that own a hand-off (`Pool::run_within`, `Pool::try_run_within`, a
+//!   `Refresh`) refuse a success that lands after their deadline, and report a refused
+//!   failure to the orphan handler exactly once.
 
 mod common;
 
@@ -14,7 +17,7 @@ use futures_lite::future;
 use loopguard::Fallible;
 use loopguard::deadline::{Deadline, Expired};
 use loopguard::orphan::Report;
-use loopguard::pool::{Pool, RunError};
+use loopguard::pool::{Pool, RunError, WithinError};
 use loopguard::refresh::{Refresh, RefreshError};
 use loopguard::shield::Shield;
 
@@ -48,12 +51,23 @@ on_every_executor! {
         let out = bounded(LIMIT, deadline.run(LandsAtDeadline { inner: job, deadline })).await;
         assert_eq!(out, Ok(Ok(Err("late err"))));
 
-        // A late success is still refused (and nothing is reported for it).
+        // A success produced in that poll is returned too: `Deadline::run` is a timeout,
+        // and nothing decides its output but its one rule.
         let job = pool.try_run(|| 7_u8).unwrap();
         pool.wait_idle().await;
         let deadline = soon();
         let out = bounded(LIMIT, deadline.run(LandsAtDeadline { inner: job, deadline })).await;
+        assert_eq!(out, Ok(Ok(7)));
+
+        // A poll that starts after the deadline does not take the outcome: the job is
+        // orphaned by the drop, and its failure is reported instead, once.
+        let job = pool.try_run(|| -> u8 { panic!("expected boom, orphaned") }).unwrap();
+        pool.wait_idle().await;
+        let out = Deadline::at(Instant::now()).run(job).await;
         assert_eq!(out, Err(Expired));
+        pool.wait_idle().await;
+        let reports: Vec<String> = seen.lock().unwrap().drain(..).map(|r| r.message().to_string()).collect();
+        assert_eq!(reports, ["expected boom, orphaned"]);
 
         pool.wait_idle().await;
         assert!(seen.lock().unwrap().is_empty(), "returned, so not reported: {:?}", seen.lock().unwrap());
@@ -94,6 +108,98 @@ on_every_executor! {
         assert_eq!(out, Ok(Ok(Err("late err"))));
         assert_eq!(shield.orphaned_failures(), 0);
         assert!(seen.lock().unwrap().is_empty());
+    }
+}
+
+// The worker delivers just after the deadline: `try_run_within` owns the hand-off, so it
+// refuses a success that lands late and reports a refused failure, once.
+on_every_executor! {
+    async fn try_run_within_refuses_a_late_success_and_reports_a_late_failure() {
+        quiet_expected_panics();
+        let (handler, seen) = recording();
+        let pool = Pool::builder().workers(1).on_orphan(handler).build().unwrap();
+
+        // The job finishes after the deadline: the success is refused.
+        let release = Arc::new(Latch::new());
+        let r = release.clone();
+        let deadline = Deadline::after(Duration::from_millis(300));
+        let walk = pool.try_run_within(deadline, move || {
+            r.wait();
+            7_u8
+        });
+        let mut walk = Box::pin(walk);
+        assert!(future::poll_once(walk.as_mut()).await.is_none(), "admitted and running");
+        while !deadline.is_expired() {
+            std::hint::spin_loop();
+        }
+        release.open();
+        pool.wait_idle().await;
+        // The outcome is delivered; the poll that sees it starts past the deadline.
+        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired)));
+
+        // The same with a panic: refused, and reported to the handler exactly once.
+        let release = Arc::new(Latch::new());
+        let r = release.clone();
+        let deadline = Deadline::after(Duration::from_millis(300));
+        let walk = pool.try_run_within(deadline, move || -> u8 {
+            r.wait();
+            panic!("expected boom, late")
+        });
+        let mut walk = Box::pin(walk);
+        assert!(future::poll_once(walk.as_mut()).await.is_none());
+        while !deadline.is_expired() {
+            std::hint::spin_loop();
+        }
+        release.open();
+        pool.wait_idle().await;
+        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired)));
+        pool.wait_idle().await;
+        let reports: Vec<String> = seen.lock().unwrap().iter().map(|r| r.message().to_string()).collect();
+        assert_eq!(reports, ["expected boom, late"]);
+
+        // In time: the output, and the panic returned rather than reported.
+        let out = pool.try_run_within(Deadline::never(), || -> u8 { panic!("expected boom, returned") }).await;
+        assert!(matches!(out, Err(WithinError::Panicked(p)) if p.message() == "expected boom, returned"));
+        // The slot comes back just after the outcome is delivered.
+        pool.wait_idle().await;
+        assert_eq!(pool.try_run_within(Deadline::never(), || 5_u8).await.ok(), Some(5));
+        pool.wait_idle().await;
+        assert_eq!(seen.lock().unwrap().len(), 1, "{:?}", seen.lock().unwrap());
+        assert_eq!(pool.in_use(), 0);
+    }
+}
+
+on_every_executor! {
+    async fn try_run_within_fails_fast_and_expires_before_admission() {
+        let pool = Pool::builder().workers(1).build().unwrap();
+        let release = Arc::new(Latch::new());
+        let r = release.clone();
+        let busy = pool.try_run(move || r.wait()).unwrap();
+        // Saturated at the first poll: nothing queued, the job back inside.
+        match pool.try_run_within(Deadline::never(), || 3_u8).await {
+            Err(WithinError::Saturated(refused)) => assert_eq!(refused.into_inner()(), 3),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!((pool.in_use(), pool.waiting()), (1, 0));
+        assert_eq!(pool.stats().rejected, 1);
+        release.open();
+        busy.await.unwrap();
+        pool.wait_idle().await;
+        // A deadline already spent: nothing starts, nothing is admitted.
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let out = pool
+            .try_run_within(Deadline::at(Instant::now()), move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+            .await;
+        assert!(matches!(out, Err(WithinError::Expired)));
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(pool.in_use(), 0);
+        // Closed: the job comes back.
+        pool.close();
+        match pool.try_run_within(Deadline::never(), || 4_u8).await {
+            Err(WithinError::Closed(job)) => assert_eq!(job(), 4),
+            other => panic!("expected Closed, got {other:?}"),
+        }
     }
 }
 

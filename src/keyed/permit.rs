@@ -5,10 +5,12 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::mem;
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use super::{KeyWaiter, KeyedGate};
+use crate::sync::drop_contained;
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///
@@ -153,43 +155,57 @@ impl<K: Hash + Eq> Unpin for Acquire<K> {}
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
     /// Tries to take or wait for the slot under the lock; true once admitted.
+    ///
+    /// The task's waker is cloned before the lock (the clone is user code: a panic in it
+    /// changes nothing), and a stored waker it replaces, or one left over, is dropped after
+    /// the lock is released and the accounting is done, its `Drop` contained: a waker whose
+    /// `Drop` panics or calls back into the gate neither deadlocks it nor leaks a slot.
     fn poll_admission(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(key) = self.key.as_ref() else {
             panic!("`Acquire` polled after it completed");
         };
         let inner = &*self.gate.inner;
-        // The waker's clone is user code: taken before the lock and before any change, so
-        // a panic in it leaves no phantom demand and no stranded entry.
-        let waker = cx.waker().clone();
-        let mut state = inner.lock();
-        let now = Instant::now();
-        if let AcquireState::Waiting(id) = self.state {
-            let entry = state.entries.get_mut(key);
-            let found =
-                entry.and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
-            if let Some((entry, index)) = found {
-                if index < entry.granted {
-                    entry.waiters.remove(index);
-                    entry.granted -= 1;
-                    return true;
+        let mut fresh = Some(cx.waker().clone());
+        let mut stale: Option<Waker> = None;
+        let admitted = 'locked: {
+            let mut state = inner.lock();
+            let now = Instant::now();
+            if let AcquireState::Waiting(id) = self.state {
+                let entry = state.entries.get_mut(key);
+                let found = entry
+                    .and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
+                if let Some((entry, index)) = found {
+                    if index < entry.granted {
+                        stale = entry.waiters.remove(index).map(|w| w.waker);
+                        entry.granted -= 1;
+                        break 'locked true;
+                    }
+                    let waiter = &mut entry.waiters[index];
+                    if !waiter.waker.will_wake(cx.waker()) {
+                        if let Some(waker) = fresh.take() {
+                            stale = Some(mem::replace(&mut waiter.waker, waker));
+                        }
+                    }
+                    break 'locked false;
                 }
-                entry.waiters[index].waker = waker;
-                return false;
+                // Not queued (cannot happen while waiting): start over rather than hang.
+                self.state = AcquireState::Start;
             }
-            // Not queued (cannot happen while waiting): start over rather than hang.
-            self.state = AcquireState::Start;
-        }
-        let id = state.next_id;
-        state.next_id = id.wrapping_add(1);
-        let entry = inner.ensure_entry(&mut state, key, now);
-        entry.demand.add_at(now, 1);
-        if entry.admits_now() {
-            entry.in_use += 1;
-            return true;
-        }
-        entry.waiters.push_back(KeyWaiter { id, waker });
-        self.state = AcquireState::Waiting(id);
-        false
+            let id = state.next_id;
+            state.next_id = id.wrapping_add(1);
+            let entry = inner.ensure_entry(&mut state, key, now);
+            entry.demand.add_at(now, 1);
+            if entry.admits_now() {
+                entry.in_use += 1;
+                break 'locked true;
+            }
+            let waker = fresh.take().unwrap_or_else(|| cx.waker().clone());
+            entry.waiters.push_back(KeyWaiter { id, waker });
+            self.state = AcquireState::Waiting(id);
+            false
+        };
+        drop_contained("a Waker", (stale, fresh));
+        admitted
     }
 }
 

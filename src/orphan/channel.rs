@@ -1,58 +1,111 @@
 //! [`OrphanHandler::channel`](super::OrphanHandler::channel): reports queued for a task on
-//! the application's loop, on `async-channel`.
+//! the application's loop.
+//!
+//! A small bounded queue of loopguard's own rather than a general channel, because the one
+//! waker it stores (the receiving task's) is called by loopguard from a worker thread: the
+//! wake runs after the lock is released and is contained, so a waker that panics or calls
+//! back into the queue loses no report and kills no worker.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
-use async_channel::TrySendError;
 use futures_lite::Stream;
 
 use super::{Report, log_report};
-use crate::sync::Wakers;
+use crate::sync::{drop_contained, lock, wake};
+
+/// The queue both sides share.
+struct Queue {
+    state: Mutex<State>,
+    capacity: usize,
+}
+
+struct State {
+    reports: VecDeque<Report>,
+    /// The receiver is gone: pushes are logged instead.
+    closed: bool,
+    /// Live handler clones; the stream ends when none is left and the queue is empty.
+    senders: usize,
+    /// Reports refused because the queue was full.
+    dropped: u64,
+    /// The receiving task, while it waits.
+    waker: Option<Waker>,
+}
 
 /// Makes a bounded report channel of `capacity` (at least one).
 pub(super) fn bounded(capacity: usize) -> (Sender, OrphanReceiver) {
-    let (tx, rx) = async_channel::bounded(capacity);
-    let dropped = Arc::new(AtomicU64::new(0));
-    let sender = Sender {
-        tx,
-        dropped: dropped.clone(),
-    };
-    // Boxed: the receiver is `!Unpin` (it keeps its listener inline), the stream is not.
-    let rx = Box::pin(rx);
-    let wakers = Wakers::default();
+    let capacity = capacity.max(1);
+    let queue = Arc::new(Queue {
+        state: Mutex::new(State {
+            reports: VecDeque::with_capacity(capacity.min(1024)),
+            closed: false,
+            senders: 1,
+            dropped: 0,
+            waker: None,
+        }),
+        capacity,
+    });
     (
-        sender,
-        OrphanReceiver {
-            rx,
-            dropped,
-            wakers,
+        Sender {
+            queue: queue.clone(),
         },
+        OrphanReceiver { queue },
     )
 }
 
-/// The handler's side; the channel closes when the last clone goes.
-#[derive(Clone)]
+/// The handler's side; the stream ends when the last clone goes.
 pub(super) struct Sender {
-    tx: async_channel::Sender<Report>,
-    dropped: Arc<AtomicU64>,
+    queue: Arc<Queue>,
+}
+
+impl Clone for Sender {
+    fn clone(&self) -> Sender {
+        lock(&self.queue.state).senders += 1;
+        Sender {
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let waker = {
+            let mut state = lock(&self.queue.state);
+            state.senders -= 1;
+            if state.senders == 0 {
+                state.waker.take()
+            } else {
+                None
+            }
+        };
+        if let Some(waker) = waker {
+            wake(waker);
+        }
+    }
 }
 
 impl Sender {
     /// Queues `report` without waiting: counted as dropped when the queue is full, logged
-    /// when the receiver is gone. The channel decides both atomically, so a report racing
-    /// the receiver's drop is either queued before the close (and drained by the drop) or
-    /// refused after it (and logged here): never lost.
+    /// when the receiver is gone. Both are decided under the queue's lock, so a report
+    /// racing the receiver's drop is either queued before the close (and drained by the
+    /// drop) or refused after it (and logged here): never lost.
     pub(super) fn push(&self, report: Report) {
-        match self.tx.try_send(report) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut state = lock(&self.queue.state);
+        if state.closed {
+            drop(state);
+            log_report(&report);
+        } else if state.reports.len() >= self.queue.capacity {
+            state.dropped += 1;
+        } else {
+            state.reports.push_back(report);
+            let waker = state.waker.take();
+            drop(state);
+            if let Some(waker) = waker {
+                wake(waker);
             }
-            Err(TrySendError::Closed(report)) => log_report(&report),
         }
     }
 }
@@ -81,17 +134,14 @@ impl Sender {
 /// # }).unwrap();
 /// ```
 pub struct OrphanReceiver {
-    rx: Pin<Box<async_channel::Receiver<Report>>>,
-    dropped: Arc<AtomicU64>,
-    /// The task's waker, wrapped: the channel wakes it from the sending (worker) thread.
-    wakers: Wakers,
+    queue: Arc<Queue>,
 }
 
 impl fmt::Debug for OrphanReceiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OrphanReceiver")
             .field("queued", &self.len())
-            .field("capacity", &self.rx.capacity())
+            .field("capacity", &self.queue.capacity)
             .field("dropped", &self.dropped())
             .finish()
     }
@@ -107,7 +157,7 @@ impl OrphanReceiver {
     /// assert!(reports.try_recv().is_none());
     /// ```
     pub fn try_recv(&mut self) -> Option<Report> {
-        self.rx.try_recv().ok()
+        lock(&self.queue.state).reports.pop_front()
     }
 
     /// Waits for the next report. Resolves to `None` once every handler clone is gone and
@@ -139,7 +189,7 @@ impl OrphanReceiver {
     /// assert_eq!(reports.len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        self.rx.len()
+        lock(&self.queue.state).reports.len()
     }
 
     /// Whether no report is queued now.
@@ -151,7 +201,7 @@ impl OrphanReceiver {
     /// assert!(reports.is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.rx.is_empty()
+        self.len() == 0
     }
 
     /// How many reports were dropped because the queue was full.
@@ -163,7 +213,7 @@ impl OrphanReceiver {
     /// assert_eq!(reports.dropped(), 0);
     /// ```
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        lock(&self.queue.state).dropped
     }
 }
 
@@ -171,19 +221,55 @@ impl Stream for OrphanReceiver {
     type Item = Report;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Report>> {
-        let this = self.get_mut();
-        let waker = this.wakers.wrap(cx.waker());
-        this.rx.as_mut().poll_next(&mut Context::from_waker(waker))
+        let queue = &*self.queue;
+        // The task's waker is cloned outside the lock (user code), and the one it replaces
+        // is dropped outside it too, contained.
+        let mut fresh: Option<Waker> = None;
+        loop {
+            let mut state = lock(&queue.state);
+            if let Some(report) = state.reports.pop_front() {
+                drop(state);
+                drop_contained("a Waker", fresh);
+                return Poll::Ready(Some(report));
+            }
+            if state.senders == 0 {
+                drop(state);
+                drop_contained("a Waker", fresh);
+                return Poll::Ready(None);
+            }
+            if matches!(&state.waker, Some(w) if w.will_wake(cx.waker())) {
+                drop(state);
+                drop_contained("a Waker", fresh);
+                return Poll::Pending;
+            }
+            match fresh.take() {
+                Some(new) => {
+                    let stale = state.waker.replace(new);
+                    drop(state);
+                    drop_contained("a Waker", stale);
+                    return Poll::Pending;
+                }
+                None => {
+                    drop(state);
+                    fresh = Some(cx.waker().clone());
+                }
+            }
+        }
     }
 }
 
 impl Drop for OrphanReceiver {
     fn drop(&mut self) {
-        // Closing first: from here on a sender's push fails and logs, so draining what was
-        // queued before the close accounts for every report.
-        self.rx.close();
-        while let Ok(report) = self.rx.try_recv() {
-            log_report(&report);
+        // Closing first: from here on a sender's push logs, so draining what was queued
+        // before the close accounts for every report.
+        let (queued, waker) = {
+            let mut state = lock(&self.queue.state);
+            state.closed = true;
+            (std::mem::take(&mut state.reports), state.waker.take())
+        };
+        drop_contained("a Waker", waker);
+        for report in &queued {
+            log_report(report);
         }
     }
 }

@@ -9,8 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use event_listener::Event;
-
 use super::builder::PoolBuilder;
 use super::gate::Gate;
 use super::monitor::Monitor;
@@ -19,7 +17,8 @@ use super::wait::SlotWait;
 use super::workers::Workers;
 use crate::demand::Demand;
 use crate::orphan::Reporter;
-use crate::sync::{Contained, lock};
+use crate::signal::Signal;
+use crate::sync::lock;
 use crate::telemetry;
 
 pub(crate) struct Core {
@@ -37,9 +36,9 @@ pub(crate) struct Core {
     /// All threads (workers and monitor) that have not exited yet.
     live_threads: AtomicUsize,
     /// Notified when the last slot is released.
-    idle: Event,
+    idle: Signal,
     /// Notified when the last thread exits.
-    exited: Event,
+    exited: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -59,8 +58,8 @@ impl Core {
             demand,
             live_workers: AtomicUsize::new(0),
             live_threads: AtomicUsize::new(0),
-            idle: Event::new(),
-            exited: Event::new(),
+            idle: Signal::new(),
+            exited: Signal::new(),
             threads: Mutex::new(Vec::with_capacity(workers + 1)),
         })
     }
@@ -106,7 +105,7 @@ impl Core {
             if self.gate.is_closed() {
                 self.workers.wake_all();
             }
-            self.idle.notify(usize::MAX);
+            self.idle.notify_all();
         }
     }
 
@@ -134,29 +133,12 @@ impl Core {
     }
 
     pub(crate) async fn wait_idle(&self) {
-        loop {
-            if self.gate.in_use() == 0 {
-                return;
-            }
-            let listener = self.idle.listen();
-            if self.gate.in_use() == 0 {
-                return;
-            }
-            Contained::new(listener).await;
-        }
+        self.idle.wait(|| self.gate.in_use() == 0).await
     }
 
     pub(crate) async fn wait_exited(&self) {
-        loop {
-            if self.live_threads.load(Ordering::Acquire) == 0 {
-                break;
-            }
-            let listener = self.exited.listen();
-            if self.live_threads.load(Ordering::Acquire) == 0 {
-                break;
-            }
-            Contained::new(listener).await;
-        }
+        let exited = || self.live_threads.load(Ordering::Acquire) == 0;
+        self.exited.wait(exited).await;
         let handles: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
         for handle in handles {
             // The thread has done its last step; joining only collects it.
@@ -183,7 +165,7 @@ impl Core {
             self.monitor.stop();
         }
         if self.live_threads.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.exited.notify(usize::MAX);
+            self.exited.notify_all();
         }
     }
 }

@@ -302,3 +302,124 @@ impl From<RunError> for std::io::Error {
         }
     }
 }
+
+/// The error of [`Pool::try_run_within`](super::Pool::try_run_within): fail fast and a
+/// deadline in one call.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::deadline::Deadline;
+/// use loopguard::pool::{Pool, WithinError};
+///
+/// # futures_lite::future::block_on(async {
+/// let pool = Pool::builder().workers(1).build()?;
+/// let deadline = Deadline::after(Duration::from_secs(5));
+/// let body = match pool.try_run_within(deadline, || "up 1\n".to_string()).await {
+///     Ok(body) => body,
+///     Err(WithinError::Saturated(busy)) => format!("503, retry after {}s", busy.retry_after_secs()),
+///     Err(WithinError::Expired) => "503: budget spent, the walk goes on".to_string(),
+///     Err(err) => return Err(err.into()),
+/// };
+/// assert_eq!(body, "up 1\n");
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
+#[non_exhaustive]
+pub enum WithinError<W> {
+    /// Every slot was held when the future was first polled: nothing was queued, and the
+    /// job comes back inside.
+    Saturated(Saturated<W>),
+    /// The deadline passed: before admission (the job never ran), or while the job ran or
+    /// after it finished too late. An admitted job runs on and keeps its slot until its
+    /// thread is done; a failure of it is reported to the orphan handler, once.
+    Expired,
+    /// The job ran and panicked.
+    Panicked(Panicked),
+    /// The pool was closed; the job never ran and comes back inside.
+    Closed(W),
+}
+
+impl<W> WithinError<W> {
+    /// Whether this is a fail-fast refusal ([`WithinError::Saturated`]): every slot was
+    /// busy, so a 503 with `Retry-After` fits. An expired budget is not a refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::pool::WithinError;
+    ///
+    /// assert!(!WithinError::<()>::Expired.is_saturated());
+    /// ```
+    pub fn is_saturated(&self) -> bool {
+        matches!(self, WithinError::Saturated(_))
+    }
+
+    /// The `Retry-After` hint of a [`WithinError::Saturated`] refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::pool::WithinError;
+    ///
+    /// assert_eq!(WithinError::<()>::Expired.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            WithinError::Saturated(s) => Some(s.retry_after()),
+            _ => None,
+        }
+    }
+}
+
+impl<W> From<TryRunError<W>> for WithinError<W> {
+    fn from(err: TryRunError<W>) -> WithinError<W> {
+        match err {
+            TryRunError::Saturated(s) => WithinError::Saturated(s),
+            TryRunError::Closed(w) => WithinError::Closed(w),
+        }
+    }
+}
+
+impl<W> fmt::Debug for WithinError<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WithinError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
+            WithinError::Expired => f.write_str("Expired"),
+            WithinError::Panicked(p) => f.debug_tuple("Panicked").field(p).finish(),
+            WithinError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<W> fmt::Display for WithinError<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WithinError::Saturated(s) => fmt::Display::fmt(s, f),
+            WithinError::Expired => fmt::Display::fmt(&Expired, f),
+            WithinError::Panicked(p) => fmt::Display::fmt(p, f),
+            WithinError::Closed(_) => f.write_str("pool is closed"),
+        }
+    }
+}
+
+impl<W> std::error::Error for WithinError<W> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WithinError::Panicked(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl<W> From<WithinError<W>> for std::io::Error {
+    fn from(err: WithinError<W>) -> std::io::Error {
+        match err {
+            WithinError::Saturated(s) => TryRunError::Saturated(s).into(),
+            WithinError::Closed(w) => TryRunError::Closed(w).into(),
+            WithinError::Expired => Expired.into(),
+            WithinError::Panicked(p) => std::io::Error::other(p),
+        }
+    }
+}

@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::task::Waker;
 
-use crate::sync::wake;
+use crate::sync::{drop_contained, wake};
 
 // Only the crate's own unit tests see loom: the crate is also built as a plain library under
 // the same flags (its tests depend on it, with the `tower` feature), and loom is a
@@ -97,13 +97,20 @@ impl Waiter {
 
     /// Stores `waker` and returns the state observed afterwards, so a grant that races
     /// the registration is never missed.
+    ///
+    /// The clone of `waker` (user code) runs before the lock, and a waker it replaces is
+    /// dropped after the lock is released, its `Drop` contained: a waker whose `clone`
+    /// panics changes nothing, and one whose `Drop` panics or calls back into the gate
+    /// neither deadlocks it nor loses the state.
     pub(crate) fn poll_state(&self, waker: &Waker) -> WaitState {
-        {
-            let mut slot = lock(&self.waker);
-            match slot.as_ref() {
-                Some(w) if w.will_wake(waker) => {}
-                _ => *slot = Some(waker.clone()),
-            }
+        let current = {
+            let slot = lock(&self.waker);
+            matches!(slot.as_ref(), Some(w) if w.will_wake(waker))
+        };
+        if !current {
+            let fresh = waker.clone();
+            let stale = lock(&self.waker).replace(fresh);
+            drop_contained("a Waker", stale);
         }
         self.state()
     }

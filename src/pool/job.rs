@@ -15,6 +15,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::core::Core;
+use super::error::{Saturated, TryRunError};
+use super::gate::Refused;
 use super::workers::Task;
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
@@ -122,6 +124,25 @@ pub(crate) fn admit<W: IntoJob<T>, T: Send + 'static>(
     // The recorder is user code: it hears of the wait once the job is on its way.
     core.stats.emit_wait(waited);
     Job { cell }
+}
+
+/// Admits `work` if a slot is free and nobody waits, or refuses it at once: one atomic
+/// load on the saturated path, no lock, no allocation, the job handed back.
+pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
+    core: &Arc<Core>,
+    work: W,
+) -> Result<Job<T>, TryRunError<W>> {
+    match core.gate.try_acquire() {
+        Ok(()) => Ok(admit(core, work, Duration::ZERO, false)),
+        Err(Refused::Saturated) => {
+            // Counted only: the recorder hears of refusals in batches, when the job
+            // holding the slot finishes or the gauges are published.
+            core.stats.rejected.count();
+            let retry_after = core.stats.retry_after();
+            Err(TryRunError::Saturated(Saturated::new(work, retry_after)))
+        }
+        Err(Refused::Closed) => Err(TryRunError::Closed(work)),
+    }
 }
 
 /// One admitted job: the closure until a worker takes it, then its outcome.

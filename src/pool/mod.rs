@@ -20,6 +20,7 @@ mod run;
 mod stats;
 mod threads;
 pub(crate) mod wait;
+mod within;
 mod workers;
 
 use std::fmt;
@@ -28,14 +29,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::core::Core;
-use self::gate::Refused;
 use crate::deadline::Deadline;
 use crate::telemetry::JobOutcome;
 
 pub use self::builder::{MAX_WORKERS, PoolBuilder};
-pub use self::error::{RunError, Saturated, TryRunError};
+pub use self::error::{RunError, Saturated, TryRunError, WithinError};
 pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
+pub use self::within::TryRunWithin;
 pub use self::stats::PoolStats;
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
@@ -176,18 +177,52 @@ impl Pool {
         &self,
         job: W,
     ) -> Result<Job<T>, TryRunError<W>> {
-        let core = self.core();
-        match core.gate.try_acquire() {
-            Ok(()) => Ok(job::admit(core, job, Duration::ZERO, false)),
-            Err(Refused::Saturated) => {
-                // Counted only: the recorder hears of refusals in batches, when the job
-                // holding the slot finishes or the gauges are published.
-                core.stats.rejected.count();
-                let retry_after = core.stats.retry_after();
-                Err(TryRunError::Saturated(Saturated::new(job, retry_after)))
-            }
-            Err(Refused::Closed) => Err(TryRunError::Closed(job)),
-        }
+        job::try_admit(self.core(), job)
+    }
+
+    /// [`try_run`](Pool::try_run) and a deadline in one call: fails fast at the first poll
+    /// when every slot is held, then resolves to the job's output within `deadline`.
+    ///
+    /// - At the first poll: [`WithinError::Saturated`] (the job back inside, nothing
+    ///   queued) or [`WithinError::Closed`]; if the deadline has already passed,
+    ///   [`WithinError::Expired`] and the job never runs.
+    /// - If the deadline passes while the job runs, [`WithinError::Expired`]: the job runs
+    ///   on, orphaned, keeps its slot until its thread is done, and a failure of it is
+    ///   reported to the orphan handler, once.
+    /// - An output delivered after the deadline is refused the same way.
+    ///
+    /// An exporter's whole scrape is then one `match`, with a refusal (503 and
+    /// `Retry-After`) told apart from a spent budget.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before its first poll drops the job unrun; after that it
+    /// orphans the job, exactly like dropping a [`Job`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::{Pool, WithinError};
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().workers(1).build()?;
+    /// let budget = Deadline::after(Duration::from_millis(20));
+    /// let slow = pool.try_run_within(budget, || std::thread::sleep(Duration::from_millis(200)));
+    /// assert!(matches!(slow.await, Err(WithinError::Expired)));
+    /// // The walk still holds its slot, so the next caller is refused at once.
+    /// let next = pool.try_run_within(Deadline::never(), || ()).await;
+    /// assert!(next.unwrap_err().is_saturated());
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn try_run_within<W: IntoJob<T>, T: Send + 'static>(
+        &self,
+        deadline: Deadline,
+        job: W,
+    ) -> TryRunWithin<W, T> {
+        TryRunWithin::new(self.core().clone(), job, deadline)
     }
 
     /// Waits for a slot, then runs `job` on a worker thread and resolves to its output.

@@ -13,7 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use event_listener::Event;
+use crate::signal::Signal;
 use futures_lite::FutureExt;
 
 use crate::failure::Panicked;
@@ -118,7 +118,7 @@ impl<T: Clone, E: Clone> CacheState<T, E> {
 /// The shared part of a cache the flight needs.
 pub(crate) struct CacheCore<T, E> {
     pub(crate) state: Mutex<CacheState<T, E>>,
-    pub(crate) event: Event,
+    pub(crate) event: Signal,
     pub(crate) counters: Counters,
 }
 
@@ -161,7 +161,7 @@ impl<T, E> Flight<T, E> {
             RunOutcome::Error
         } as usize];
         run.count();
-        self.core.event.notify(usize::MAX);
+        self.core.event.notify_all();
         // The recorder is user code: it hears of the run once the waiters are woken.
         run.emit();
         // Dropped here: the flight is no longer marked, so `Drop` gives nothing up.
@@ -179,7 +179,7 @@ impl<T, E> Drop for Flight<T, E> {
             mine
         };
         if gave_up {
-            self.core.event.notify(usize::MAX);
+            self.core.event.notify_all();
         }
     }
 }

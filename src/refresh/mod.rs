@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use crate::deadline::Deadline;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::{Contained, lock};
+use crate::sync::lock;
 use crate::telemetry::RunOutcome;
 
 pub use self::builder::RefreshBuilder;
@@ -83,7 +83,7 @@ enum Source<T, E> {
 /// What one look at the state decided.
 enum Step<T, E> {
     Hit(flight::Cached<T, E>),
-    Join(u64, event_listener::EventListener),
+    Join(u64),
     Start(u64),
 }
 
@@ -304,8 +304,7 @@ where
                 match state.cached_at(now, inner.ttl, inner.failure_ttl) {
                     Some(outcome) if !force => Step::Hit(outcome),
                     _ => match state.in_flight {
-                        // Listening under the lock: the outcome cannot slip in unnoticed.
-                        Some(generation) => Step::Join(generation, core.event.listen()),
+                        Some(generation) => Step::Join(generation),
                         None => {
                             let generation = state.next_gen;
                             state.next_gen += 1;
@@ -315,21 +314,24 @@ where
                     },
                 }
             };
-            let (generation, listener) = match step {
+            let generation = match step {
                 Step::Hit(outcome) => {
                     core.counters.hits.bump();
                     return outcome.map_err(RefreshError::from);
                 }
                 Step::Start(generation) => return self.start(generation, deadline).await,
-                Step::Join(generation, listener) => {
+                Step::Join(generation) => {
                     if !joined {
                         joined = true;
                         core.counters.joins.bump();
                     }
-                    (generation, listener)
+                    generation
                 }
             };
-            if deadline.run(Contained::new(listener)).await.is_err() {
+            // The flight ends (stored, or given up) before the signal is notified, and the
+            // wait looks at the flight after registering: nothing slips in unnoticed.
+            let ended = || lock(&core.state).in_flight != Some(generation);
+            if deadline.run(core.event.wait(ended)).await.is_err() {
                 return Err(self.expired());
             }
             if let Some(outcome) = lock(&core.state).outcome_since(generation) {
@@ -354,20 +356,18 @@ where
                 let collect = collect.clone();
                 let job = move || run_blocking(flight, &*collect);
                 // Dropping `Run` before admission drops `job` and so gives the flight up;
-                // after admission it orphans the job, which still stores its outcome. A
-                // panic handed to the starter reaches it even past its deadline (see
-                // `Within`'s late failures), so it is reported here or by the pool, once.
-                match deadline.run(pool.run(job)).await {
-                    Err(_) => return Err(self.expired()),
-                    Ok(Ok(())) => {}
-                    Ok(Err(RunError::Panicked(panicked))) => {
+                // after admission it orphans the job, which still stores its outcome. `Run`
+                // refuses a success that lands past the deadline and reports a panic it
+                // refuses; a panic it returns is reported here, once.
+                match pool.run_within(deadline, job).await {
+                    Err(RunError::Expired(_)) => return Err(self.expired()),
+                    Ok(()) => {}
+                    Err(RunError::Panicked(panicked)) => {
                         // The starter is the job's only awaiter: it reports, so the panic
                         // reaches the handler exactly once, as if it had been orphaned.
-                        // Reported here, so no enclosing deadline may count it as returned.
-                        crate::late::taken_back();
                         pool.report_panic(panicked, self.ran_for(generation));
                     }
-                    Ok(Err(_)) => return Err(RefreshError::Closed),
+                    Err(_) => return Err(RefreshError::Closed),
                 }
             }
             Source::Spawned(shield, spawn, collect) => {
@@ -379,7 +379,6 @@ where
                     Err(_) => return Err(self.expired()),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
-                        crate::late::taken_back();
                         shield.report_panic(panicked, self.ran_for(generation));
                     }
                     Ok(Err(_)) => return Err(RefreshError::Closed),
@@ -454,7 +453,7 @@ fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
         state: std::sync::Mutex::new(flight::CacheState::new()),
-        event: event_listener::Event::new(),
+        event: crate::signal::Signal::new(),
         counters: builder::register(&name),
     });
     Refresh {

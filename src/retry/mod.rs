@@ -19,7 +19,8 @@
 //! attempt's failure is returned (in [`RetryError`]). That includes a failure a loopguard
 //! hand-off gave an attempt (a [`Job`](crate::pool::Job) that panicked): retried, it is not
 //! reported to an orphan handler. A failure that ends the retry is returned, even past the
-//! deadline (see [`Within`]'s late failures).
+//! deadline; a *success* that lands after the deadline is refused (the retry ends with
+//! [`RetryError::Deadline`]).
 //!
 //! # Examples
 //!
@@ -55,7 +56,6 @@ use std::time::Duration;
 use futures_lite::ready;
 
 use crate::deadline::{Deadline, Expired, Sleep, Within};
-use crate::late;
 
 /// Whether a pause of `after` from now would end at or after `deadline`.
 fn ends_past(deadline: Deadline, after: Duration) -> bool {
@@ -305,7 +305,6 @@ impl<P> Retry<P> {
             make: attempt,
             started: 0,
             last: None,
-            held: 0,
             done: false,
             sleep: None,
             attempt: None,
@@ -517,9 +516,6 @@ pin_project_lite::pin_project! {
         make: F,
         started: u32,
         last: Option<AttemptError<E>>,
-        // Failures loopguard hand-offs gave to the attempt now kept in `last`: handed out
-        // again when `last` is returned (see `crate::late`).
-        held: u64,
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
@@ -527,14 +523,8 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// The deadline ended the retry: the last failure goes back to the caller, and the
-/// failures it carries are handed out again (see `crate::late`).
-fn deadline_error<E>(
-    last: &mut Option<AttemptError<E>>,
-    held: &mut u64,
-    attempts: u32,
-) -> RetryError<E> {
-    late::handed_out_again(std::mem::take(held));
+/// The deadline ended the retry: the last failure goes back to the caller.
+fn deadline_error<E>(last: &mut Option<AttemptError<E>>, attempts: u32) -> RetryError<E> {
     RetryError::Deadline {
         attempts,
         last: last.take(),
@@ -575,27 +565,20 @@ where
         let deadline = *this.deadline;
         let outcome = loop {
             if let Some(running) = this.attempt.as_mut().as_pin_mut() {
-                let mark = late::mark();
                 let result = ready!(running.poll(cx));
-                // Failures handed to this attempt in this poll travel in `result`.
-                let handed = late::count_since(mark);
                 this.attempt.set(None);
                 let n = *this.started;
                 let mut hint = None;
                 let failure = match result {
-                    // `Within` returns a late output only when a loopguard hand-off gave it
-                    // a failure in that poll: then it carries that failure and is returned
-                    // (as `Within` does); a plain late success is still too late.
-                    Ok(Ok(_)) if deadline.is_expired() && handed == 0 => {
-                        break Err(deadline_error(this.last, this.held, n));
+                    // A success that lands after the deadline is too late: refused, and
+                    // dropped with its `Drop` contained. A late `Err` is still returned,
+                    // inside the error, so no failure is dropped on the way out.
+                    Ok(Ok(value)) if deadline.is_expired() => {
+                        crate::sync::drop_contained("a refused late output", value);
+                        break Err(deadline_error(this.last, n));
                     }
-                    Ok(Ok(value)) => {
-                        // The failures of earlier attempts were retried: consumed.
-                        *this.held = 0;
-                        break Ok(Success { value, attempts: n });
-                    }
+                    Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
-                        *this.held = 0;
                         break Err(RetryError::NotRetryable { attempts: n, error });
                     }
                     Ok(Err(error)) => {
@@ -603,12 +586,11 @@ where
                         AttemptError::Failed(error)
                     }
                     Err(Expired) if deadline.is_expired() => {
-                        break Err(deadline_error(this.last, this.held, n));
+                        break Err(deadline_error(this.last, n));
                     }
                     Err(Expired) => AttemptError::TimedOut,
                 };
                 if n >= this.policy.attempts {
-                    *this.held = 0;
                     break Err(RetryError::Exhausted {
                         attempts: n,
                         last: failure,
@@ -618,19 +600,12 @@ where
                 // the deadline ends the retry now rather than sleeping into expiry.
                 let pause = match hint {
                     Some(after) if ends_past(deadline, after) => {
-                        // This failure is returned, in the error: it stays handed out. The
-                        // failures of the attempt it replaces were retried: consumed.
-                        *this.held = 0;
                         let last = Some(failure);
                         break Err(RetryError::Deadline { attempts: n, last });
                     }
                     Some(after) => after,
                     None => this.policy.backoff.pause(n - 1),
                 };
-                // Kept for later rather than returned now: off the count until then. The
-                // failures of the attempt it replaces were retried: consumed.
-                late::taken_back_n(handed);
-                *this.held = handed;
                 *this.last = Some(failure);
                 if !pause.is_zero() {
                     *this.sleep = Some(deadline.sleep(pause));
@@ -640,12 +615,12 @@ where
                 let slept = ready!(Pin::new(sleep).poll(cx));
                 *this.sleep = None;
                 if slept.is_err() {
-                    break Err(deadline_error(this.last, this.held, *this.started));
+                    break Err(deadline_error(this.last, *this.started));
                 }
             }
             // Nothing starts after expiry.
             if deadline.is_expired() {
-                break Err(deadline_error(this.last, this.held, *this.started));
+                break Err(deadline_error(this.last, *this.started));
             }
             *this.started += 1;
             let attempt_deadline = match this.policy.attempt_timeout {

@@ -15,14 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use event_listener::Event;
 use http::Request;
 use http::request::Parts;
 
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
 use crate::pool::gate::{Gate, MAX_CAPACITY};
 use crate::pool::wait::{Ended, SlotWait, Started};
-use crate::sync::Contained;
+use crate::signal::Signal;
 
 /// The sealed side of [`Mode`]: what the service asks of a mode. Not nameable outside the
 /// crate, so only the modes here implement it.
@@ -197,7 +196,7 @@ struct SlotsShared {
     gate: Gate,
     stats: Arc<AdmissionStats>,
     /// Notified when the last slot is released.
-    idle: Event,
+    idle: Signal,
 }
 
 impl Slots {
@@ -206,7 +205,7 @@ impl Slots {
             shared: Arc::new(SlotsShared {
                 gate: Gate::new(capacity.clamp(1, MAX_CAPACITY)),
                 stats: Arc::default(),
-                idle: Event::new(),
+                idle: Signal::new(),
             }),
         }
     }
@@ -217,17 +216,7 @@ impl Slots {
 
     pub(crate) async fn wait_idle(&self) {
         let shared = &self.shared;
-        loop {
-            if shared.gate.in_use() == 0 {
-                return;
-            }
-            let listener = shared.idle.listen();
-            if shared.gate.in_use() == 0 {
-                return;
-            }
-            // event-listener calls the waker itself: hand it a contained one.
-            Contained::new(listener).await;
-        }
+        shared.idle.wait(|| shared.gate.in_use() == 0).await
     }
 }
 
@@ -252,7 +241,7 @@ impl Drop for SlotPermit {
     fn drop(&mut self) {
         // `release` wakes the next waiter through the contained wake.
         if self.shared.gate.release() == 0 {
-            self.shared.idle.notify(usize::MAX);
+            self.shared.idle.notify_all();
         }
     }
 }
