@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
-
 /// An instant after which an operation must not go on, or `never`.
 ///
 /// `never` orders after every instant, so [`Deadline::min()`] of a real deadline and

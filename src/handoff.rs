@@ -149,7 +149,8 @@ impl<T> Handoff<T> {
                     }
                 }
                 Stage::Ready(..) => {
-                    let Stage::Ready(result, elapsed) = std::mem::replace(&mut *stage, Stage::Taken)
+                    let Stage::Ready(result, elapsed) =
+                        std::mem::replace(&mut *stage, Stage::Taken)
                     else {
                         unreachable!("matched `Ready`")
                     };

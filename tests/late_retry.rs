@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use common::{LandsAtDeadline, Latch, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
+use loopguard::Fallible;
 use loopguard::deadline::Deadline;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
 use loopguard::retry::{AttemptError, Retry, RetryError};
-use loopguard::Fallible;
 
 const LIMIT: Duration = Duration::from_secs(30);
 /// Rounds per test: each lands one output in the poll its deadline passes in.
@@ -70,7 +70,11 @@ fn retry_returns_a_failure_that_lands_at_its_deadline_and_starts_nothing_after()
             }) => assert_eq!(panicked.message(), "expected boom"),
             other => panic!("round {round}: the late failure must be returned, got {other:?}"),
         }
-        assert_eq!(made.load(Ordering::SeqCst), 1, "an attempt started after expiry");
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            1,
+            "an attempt started after expiry"
+        );
         future::block_on(pool.wait_idle());
         assert!(seen.lock().unwrap().is_empty(), "returned, so not reported");
     }
@@ -87,13 +91,21 @@ fn retry_refuses_a_success_that_lands_at_its_deadline() {
         let mut job = Some(job);
         let out = future::block_on(bounded(
             LIMIT,
-            Retry::new().attempts(1).run(deadline, move |_| LandsAtDeadline {
-                inner: job.take().expect("one attempt"),
-                deadline,
-            }),
+            Retry::new()
+                .attempts(1)
+                .run(deadline, move |_| LandsAtDeadline {
+                    inner: job.take().expect("one attempt"),
+                    deadline,
+                }),
         ));
         assert!(
-            matches!(out, Err(RetryError::Deadline { attempts: 1, last: None })),
+            matches!(
+                out,
+                Err(RetryError::Deadline {
+                    attempts: 1,
+                    last: None
+                })
+            ),
             "round {round}: a late success must be refused, got {out:?}"
         );
     }
@@ -115,7 +127,8 @@ fn a_fallible_err_through_run_within_in_an_attempt_is_returned_or_reported_once(
         let mut release = Some(release);
         // The job waits for the latch, opened around the deadline from another thread.
         let at = deadline.instant().unwrap();
-        let open_at = at + Duration::from_micros((round % 40) as u64 * 50) - Duration::from_millis(1);
+        let open_at =
+            at + Duration::from_micros((round % 40) as u64 * 50) - Duration::from_millis(1);
         let opener_thread = std::thread::spawn(move || {
             while std::time::Instant::now() < open_at {
                 std::hint::spin_loop();

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::pin::Pin;
 use std::mem;
+use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -172,8 +172,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
             let now = Instant::now();
             if let AcquireState::Waiting(id) = self.state {
                 let entry = state.entries.get_mut(key);
-                let found = entry
-                    .and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
+                let found =
+                    entry.and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
                 if let Some((entry, index)) = found {
                     if index < entry.granted {
                         stale = entry.waiters.remove(index).map(|w| w.waker);

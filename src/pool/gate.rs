@@ -123,6 +123,11 @@ impl Waiter {
         }
     }
 
+    /// Takes the stored waker out, for the caller to drop outside every lock.
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        lock(&self.waker).take()
+    }
+
     fn set(&self, state: u8) -> Option<Waker> {
         self.state.store(state, Ordering::Release);
         lock(&self.waker).take()

@@ -36,8 +36,8 @@ pub use self::builder::{MAX_WORKERS, PoolBuilder};
 pub use self::error::{RunError, Saturated, TryRunError, WithinError};
 pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
-pub use self::within::TryRunWithin;
 pub use self::stats::PoolStats;
+pub use self::within::TryRunWithin;
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
 /// one slot per thread.

@@ -9,6 +9,7 @@
 use std::task::{Poll, Waker};
 
 use super::gate::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
+use crate::sync::drop_contained;
 
 /// How [`SlotWait::start`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,16 +38,19 @@ pub(crate) enum Ended {
 #[derive(Debug, Default)]
 pub(crate) struct SlotWait {
     waiter: Option<WaiterRef>,
+    /// The wait ended or the caller left the queue (`cancel`); the waiter is kept only
+    /// for a waker it may still store, dropped with this `SlotWait`.
+    left: bool,
 }
 
 impl SlotWait {
     pub(crate) fn new() -> SlotWait {
-        SlotWait { waiter: None }
+        SlotWait::default()
     }
 
     /// Takes a free slot, or joins the queue. Runs no user code.
     pub(crate) fn start(&mut self, gate: &Gate) -> Started {
-        debug_assert!(self.waiter.is_none(), "started twice");
+        debug_assert!(self.waiter.is_none() && !self.left, "started twice");
         match gate.try_acquire() {
             Ok(()) => Started::Acquired,
             Err(Refused::Closed) => Started::Closed,
@@ -68,7 +72,7 @@ impl SlotWait {
     /// code): if that panics, the caller is still queued and its `Drop` must
     /// [`cancel`](SlotWait::cancel).
     pub(crate) fn poll(&mut self, gate: &Gate, waker: &Waker) -> Poll<Ended> {
-        let Some(waiter) = &self.waiter else {
+        let Some(waiter) = self.waiter.as_ref().filter(|_| !self.left) else {
             debug_assert!(false, "polled while not queued");
             return Poll::Ready(Ended::Closed);
         };
@@ -79,16 +83,35 @@ impl SlotWait {
             WaitState::Granted => Ended::Granted,
             WaitState::Closed => Ended::Closed,
         };
-        self.waiter = None;
+        // The waiter (and a waker stored by a poll that raced the grant) stays until this
+        // `SlotWait` is dropped: the caller settles its accounting first.
+        self.left = true;
         Poll::Ready(ended)
     }
 
     /// Leaves the queue (the caller gives up). Returns `true` if a slot was granted
     /// meanwhile: the caller then holds it and must release it.
+    ///
+    /// The waker the waiter stored is not dropped here: the caller does its accounting
+    /// first, and the waker goes when this `SlotWait` is dropped (see `Drop`).
     pub(crate) fn cancel(&mut self, gate: &Gate) -> bool {
-        match self.waiter.take() {
-            Some(waiter) => gate.cancel(&waiter),
-            None => false,
+        match &self.waiter {
+            Some(waiter) if !self.left => {
+                let granted = gate.cancel(waiter);
+                self.left = true;
+                granted
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for SlotWait {
+    /// Drops the waker a waiter that left still stores, contained: its `Drop` is user code
+    /// and may panic or call back into the gate, by now with every count settled.
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            drop_contained("a Waker", waiter.take_waker());
         }
     }
 }

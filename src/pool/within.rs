@@ -99,8 +99,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
             }
             match &mut this.phase {
                 Phase::Start(_) => {
-                    let Phase::Start(work) = std::mem::replace(&mut this.phase, Phase::Done)
-                    else {
+                    let Phase::Start(work) = std::mem::replace(&mut this.phase, Phase::Done) else {
                         unreachable!("matched `Start`")
                     };
                     match job::try_admit(&this.core, work) {
