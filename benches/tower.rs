@@ -98,7 +98,7 @@ fn in_process(c: &mut Criterion) {
     });
 
     group.bench_function("loopguard_admitted", |b| {
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         b.iter_custom(|iters| {
             let mut service = layer.layer(Noop);
             on_lite(async move {
@@ -113,7 +113,7 @@ fn in_process(c: &mut Criterion) {
     });
 
     group.bench_function("loopguard_refused", |b| {
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         b.iter_custom(|iters| {
             let mut service = layer.layer(Noop);
             on_lite(async move {
@@ -320,7 +320,7 @@ fn median_of(mut values: Vec<f64>) -> f64 {
 fn loopback(c: &mut Criterion) {
     let bare = serve(Boxed(Noop));
     // Enough slots that a body still being dropped on the server never refuses the next.
-    let layered = serve(Boxed(AdmissionLayer::new(64).layer(Noop)));
+    let layered = serve(Boxed(AdmissionLayer::new("bench", 64).unwrap().layer(Noop)));
     let mut group = c.benchmark_group("loopback");
     group.bench_function("bare", |b| b.iter_custom(|iters| get_loop(bare, iters)));
     group.bench_function("loopguard_admitted", |b| {

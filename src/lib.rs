@@ -127,6 +127,7 @@
 )]
 
 mod failure;
+mod gate;
 mod handoff;
 mod signal;
 mod sync;

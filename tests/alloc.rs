@@ -261,7 +261,7 @@ fn the_tower_layer_allocates_two_tables_per_refusal() {
     use tower_layer::Layer as _;
 
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let layer = loopguard::tower::AdmissionLayer::new(1);
+    let layer = loopguard::tower::AdmissionLayer::new("test", 1).unwrap();
     let mut service = layer.layer(Noop);
     let mut bare = Noop;
 

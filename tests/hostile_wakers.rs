@@ -259,7 +259,12 @@ fn a_job_lets_go_of_its_wakers_outside_its_hand_off() {
             }))
             .unwrap();
         let p = pool.clone();
-        let (a, dropped) = hostile(|| {}, move || drop(pool_view(&p)));
+        let (a, dropped) = hostile(
+            || {},
+            move || {
+                let _ = pool_view(&p);
+            },
+        );
         assert!(poll_with(Pin::new(&mut job), &a).is_pending());
         drop(a);
         assert!(catch_unwind(AssertUnwindSafe(|| drop(job))).is_ok());
@@ -291,7 +296,12 @@ fn a_shielded_lets_go_of_its_wakers_outside_its_hand_off() {
         assert_eq!(dropped.load(Ordering::SeqCst), 1);
         // Stores a second hostile waker, then is dropped: orphaned, reported once.
         let s = shield.clone();
-        let (b, dropped) = hostile(|| {}, move || drop(s.orphaned_failures()));
+        let (b, dropped) = hostile(
+            || {},
+            move || {
+                let _ = s.orphaned_failures();
+            },
+        );
         assert!(poll_with(Pin::new(&mut handle), &b).is_pending());
         drop(b);
         assert!(catch_unwind(AssertUnwindSafe(|| drop(handle))).is_ok());
@@ -326,7 +336,12 @@ fn a_keyed_acquire_lets_go_of_its_wakers_outside_the_gate() {
 
         // The poll that admits it lets go of a hostile waker stored before the grant.
         let g = gate.clone();
-        let (b, dropped) = hostile(move || drop(g.in_use(&"other")), || {});
+        let (b, dropped) = hostile(
+            move || {
+                let _ = g.in_use(&"other");
+            },
+            || {},
+        );
         assert!(poll_with(acquire.as_mut(), &b).is_pending());
         drop(b);
         drop(held);
@@ -404,14 +419,24 @@ fn an_orphan_receiver_lets_go_of_its_waker_outside_its_queue_and_loses_no_report
             .build()
             .unwrap();
         let p = pool.clone();
-        let (a, dropped) = hostile(|| {}, move || drop(pool_view(&p)));
+        let (a, dropped) = hostile(
+            || {},
+            move || {
+                let _ = pool_view(&p);
+            },
+        );
         {
             let mut next = reports.next();
             assert!(poll_with(Pin::new(&mut next), &a).is_pending());
         }
         drop(a);
         let p = pool.clone();
-        let (b, _) = hostile(move || drop(pool_view(&p)), || {});
+        let (b, _) = hostile(
+            move || {
+                let _ = pool_view(&p);
+            },
+            || {},
+        );
         {
             let mut next = reports.next();
             assert!(poll_with(Pin::new(&mut next), &b).is_pending());

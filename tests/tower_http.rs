@@ -258,7 +258,7 @@ on_smol_and_local!(
         let (handler, seen, _) = handler(None);
         let (frames, body) = unbounded();
         *handler.body.lock().unwrap() = Some(body);
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         let addr = serve(layer.layer(handler), &spawn);
 
         let mut first = Client::connect(addr, &spawn).await;
@@ -299,7 +299,7 @@ on_smol_and_local!(
         let (handler, seen, _) = handler(None);
         let (frames, body) = unbounded();
         *handler.body.lock().unwrap() = Some(body);
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         let addr = serve(layer.layer(handler), &spawn);
 
         let mut client = Client::connect(addr, &spawn).await;
@@ -351,7 +351,7 @@ on_smol_and_local!(
             release: latch.clone(),
         };
         let (handler, seen, dropped) = handler(Some(walk));
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         let addr = serve(layer.layer(handler), &spawn);
 
         // A raw connection: send the request, wait until the handler runs, hang up.
@@ -389,7 +389,8 @@ on_smol_and_local!(
     header_deadlines_reach_the_handler,
     |spawn: Spawn| async move {
         let (handler, seen, _) = handler(None);
-        let layer = AdmissionLayer::new(4)
+        let layer = AdmissionLayer::new("test", 4)
+            .unwrap()
             .deadline_from_headers(Duration::from_secs(30), Duration::from_millis(500));
         let addr = serve(layer.layer(handler), &spawn);
         let mut client = Client::connect(addr, &spawn).await;
@@ -444,7 +445,8 @@ on_smol_and_local!(
         let (handler, seen, _) = handler(None);
         let (frames, body) = unbounded();
         *handler.body.lock().unwrap() = Some(body);
-        let layer = AdmissionLayer::new(1)
+        let layer = AdmissionLayer::new("test", 1)
+            .unwrap()
             .wait_within_deadline()
             .deadline_from_headers(Duration::from_secs(20), Duration::ZERO);
         let addr = serve(layer.layer(handler), &spawn);

@@ -96,7 +96,8 @@ fn a_request_waiting_for_its_key_keeps_no_other_key_from_getting_past_poll_ready
 fn an_admitted_waiter_waits_for_its_service_within_its_deadline() {
     block_on(bounded(WATCHDOG, async {
         let budget = Duration::from_millis(200);
-        let layer = AdmissionLayer::new(1)
+        let layer = AdmissionLayer::new("test", 1)
+            .unwrap()
             .wait_within_deadline()
             .deadline_from_headers(budget, Duration::ZERO);
         let mut service = layer.layer(ConcurrencyLimit::new(Hello, 1));

@@ -167,7 +167,9 @@ fn a_waiting_request_whose_waker_clone_panicked_leaves_the_line_when_dropped() {
     use tower_layer::Layer as _;
     use tower_service::Service as _;
 
-    let layer = loopguard::tower::AdmissionLayer::new(1).wait_within_deadline();
+    let layer = loopguard::tower::AdmissionLayer::new("test", 1)
+        .unwrap()
+        .wait_within_deadline();
     let mut service = layer.layer(Noop);
     let held = block_on(service.call(http::Request::new(()))).unwrap();
     let mut waiting = Box::pin(service.call(http::Request::new(())));

@@ -85,7 +85,7 @@ impl Server {
     fn start() -> Server {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let layer = AdmissionLayer::new(1);
+        let layer = AdmissionLayer::new("test", 1).unwrap();
         let (release, released) = unbounded();
         let (holding_tx, holding) = unbounded();
         let service = layer.layer(Catalog {

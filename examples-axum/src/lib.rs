@@ -1,17 +1,19 @@
 //! axum on smol, with loopguard in front: `GET /metrics` renders a real Prometheus registry
-//! on a `Pool`, behind an `AdmissionLayer` that answers 503 + `Retry-After` when every slot
-//! is taken, and spends the scrape's own deadline (from its timeout headers) on the walk.
+//! on a `Pool`, behind `AdmissionLayer::for_pool`: the pool is the one limit from the request
+//! to the worker thread. A scrape is admitted on one of the pool's slots (or answered 503 +
+//! `Retry-After` at once when every slot is taken), runs its walk on that very slot, and
+//! spends the scrape's own deadline (from its timeout headers) on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use loopguard::deadline::Deadline;
-use loopguard::pool::{Pool, RunError};
+use loopguard::pool::Pool;
 use loopguard::tower::{AdmissionLayer, Slot};
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -22,14 +24,21 @@ pub struct Registry {
     pub handle: Arc<PrometheusHandle>,
 }
 
-/// The router: `/metrics` behind the layer (`workers` scrapes at a time, fail fast), the
-/// budget `min(default, scrape timeout - offset)`.
+/// The router: `/metrics` behind the pool's own admission (one scrape per worker, fail
+/// fast), the budget `min(default, scrape timeout - offset)`.
 pub fn app(registry: Registry, default: Duration, offset: Duration) -> Router {
-    let slots = registry.pool.capacity();
-    let admission = AdmissionLayer::new(slots).deadline_from_headers(default, offset);
+    let admission = AdmissionLayer::for_pool(&registry.pool).deadline_from_headers(default, offset);
+    // Outermost: the pool's gauges are published before the request asks for its slot, so
+    // a scrape never counts itself.
+    let pool = registry.pool.clone();
+    let publish = axum::middleware::map_request(move |request: Request| {
+        pool.publish_metrics();
+        std::future::ready(request)
+    });
     Router::new()
         .route("/metrics", get(metrics))
         .layer(admission)
+        .layer(publish)
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(registry)
 }
@@ -39,26 +48,25 @@ async fn metrics(
     Extension(deadline): Extension<Deadline>,
     Extension(slot): Extension<Slot>,
 ) -> Response {
-    // Fresh gauges, read before the walk asks for its slot: the scrape never counts itself.
-    registry.pool.publish_metrics();
     let handle = registry.handle.clone();
-    // The walk keeps the request's slot until it ends, even if the scraper hangs up.
-    let walk = registry.pool.run_within(deadline, move || {
-        let _slot = slot;
+    // The walk runs on the request's own pool slot: no second admission. The slot comes
+    // back when both the response body and the walk are done, even if the scraper hangs up.
+    let walk = slot.try_run(&registry.pool, move || {
         handle.run_upkeep();
         handle.render()
     });
-    match walk.await {
-        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
-        Err(RunError::Expired(_)) => {
-            let busy = [(header::RETRY_AFTER, "1")];
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                busy,
-                "scrape budget spent\n",
-            )
-                .into_response()
+    let walk = match walk {
+        Ok(walk) => walk,
+        Err(busy) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{busy}\n")).into_response(),
+    };
+    match deadline.run(walk).await {
+        Ok(Ok(text)) => {
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
-        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
+        // The budget ran out: the walk goes on, orphaned, on its slot.
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "scrape budget spent\n").into_response(),
+        Ok(Err(panicked)) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{panicked}\n")).into_response()
+        }
     }
 }

@@ -3,8 +3,8 @@
 use std::io;
 use std::time::Duration;
 
-use super::gate::MAX_CAPACITY;
 use crate::demand::{DEFAULT_WINDOW, Demand, InvalidWindow};
+use crate::gate::MAX_CAPACITY;
 use crate::orphan::OrphanHandler;
 
 /// The most worker threads a pool may have.

@@ -1,7 +1,8 @@
-//! The state a pool's handles, threads and jobs share, and the accounting of its slots.
+//! The state a pool's handles, threads and jobs share.
 //!
-//! A slot is taken at admission ([`Gate`]), counted as demand while held or waited for, and
-//! given back by [`Core::release_slot`] once the job's outcome was delivered or reported.
+//! A slot is taken at admission through the pool's [`Limit`] (the gate and its accounting,
+//! shared with the tower layer), and given back by [`Core::release_slot`] once the job's
+//! outcome was delivered or reported.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,33 +11,26 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::builder::PoolBuilder;
-use super::gate::Gate;
 use super::monitor::Monitor;
 use super::stats::Stats;
-use super::wait::SlotWait;
 use super::workers::Workers;
-use crate::demand::Demand;
+use crate::gate::limit::Limit;
 use crate::orphan::Reporter;
 use crate::signal::Signal;
 use crate::sync::lock;
 use crate::telemetry;
 
 pub(crate) struct Core {
-    pub(crate) name: Arc<str>,
-    pub(crate) gate: Gate,
+    /// The pool's name, the gate and its accounting and its accounting: slots, demand, refusals, waits, the idle signal.
+    pub(crate) limit: Limit,
     pub(crate) workers: Workers,
     pub(crate) stats: Stats,
     pub(crate) reporter: Arc<Reporter>,
     pub(crate) monitor: Monitor,
-    /// Holders + waiters over time: +1 on admission or on queueing, -1 when the slot is
-    /// released or the wait ends without a slot.
-    demand: Demand,
     /// Worker threads that have not exited yet.
     live_workers: AtomicUsize,
     /// All threads (workers and monitor) that have not exited yet.
     live_threads: AtomicUsize,
-    /// Notified when the last slot is released.
-    idle: Signal,
     /// Notified when the last thread exits.
     exited: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -49,16 +43,13 @@ impl Core {
         let name: Arc<str> = builder.validated_name()?.into();
         let demand = builder.validated_demand()?;
         Ok(Core {
-            stats: Stats::register(&name, workers),
+            stats: Stats::register(&name),
             reporter: Arc::new(Reporter::new(name.clone(), builder.handler.clone())),
-            name,
-            gate: Gate::new(workers),
+            limit: Limit::new(name, workers, demand),
             workers: Workers::new(workers, builder.spin),
             monitor: Monitor::new(),
-            demand,
             live_workers: AtomicUsize::new(0),
             live_threads: AtomicUsize::new(0),
-            idle: Signal::new(),
             exited: Signal::new(),
             threads: Mutex::new(Vec::with_capacity(workers + 1)),
         })
@@ -66,66 +57,43 @@ impl Core {
 
     /// Whether a worker may exit: the pool is closed and no admitted job is left.
     pub(crate) fn is_done(&self) -> bool {
-        self.gate.is_closed() && self.gate.in_use() == 0
-    }
-
-    /// Accounts for an admission. `queued` says whether the caller was already counted as
-    /// demand while it waited.
-    pub(crate) fn admitted(&self, queued: bool) {
-        if !queued {
-            self.demand.add(1);
-        }
-    }
-
-    /// A caller joined the queue of waiters.
-    pub(crate) fn queued(&self) {
-        self.demand.add(1);
-    }
-
-    /// A queued caller was told the pool closed: its wait ends without a slot.
-    pub(crate) fn wait_closed(&self) {
-        self.demand.add(-1);
-    }
-
-    /// A queued caller gives up (dropped, or its deadline passed). A slot granted to it in
-    /// the meantime goes on to the next waiter.
-    pub(crate) fn abandon_wait(&self, wait: &mut SlotWait) {
-        if wait.cancel(&self.gate) {
-            self.release_slot();
-        } else {
-            self.demand.add(-1);
-        }
+        let gate = &self.limit.gate;
+        gate.is_closed() && gate.in_use() == 0
     }
 
     /// Gives back a slot: that of a finished job, or one granted to a waiter that left.
     pub(crate) fn release_slot(&self) {
-        self.demand.add(-1);
-        if self.gate.release() == 0 {
-            // The workers first: they are ours; the idle waiters' wakers are user code.
-            if self.gate.is_closed() {
-                self.workers.wake_all();
-            }
-            self.idle.notify_all();
+        if self.limit.release() == 0 {
+            self.idle_now();
         }
     }
 
-    pub(crate) fn demand_at(&self, now: Instant) -> f64 {
-        self.demand.average_at(now)
+    /// A queued caller gives up (dropped, or its deadline passed); a slot granted to it in
+    /// the meantime goes on.
+    pub(crate) fn abandon_wait(&self, wait: &mut crate::gate::wait::SlotWait) {
+        if self.limit.abandon_wait(wait) {
+            self.idle_now();
+        }
+    }
+
+    /// The last slot came back: wakes the workers of a closed pool (they are ours), then
+    /// the tasks waiting for idle (their wakers are user code).
+    pub(crate) fn idle_now(&self) {
+        if self.limit.gate.is_closed() {
+            self.workers.wake_all();
+        }
+        self.limit.notify_idle();
     }
 
     pub(crate) fn publish_metrics(&self, now: Instant) {
-        let stats = &self.stats;
-        stats.rejected.flush();
-        telemetry::set(&stats.in_use, self.gate.in_use() as f64);
-        telemetry::set(&stats.waiting, self.gate.waiting() as f64);
+        self.limit.publish(now);
         let oldest = self.workers.oldest_job_age(now).unwrap_or_default();
-        telemetry::set(&stats.oldest_job_seconds, oldest.as_secs_f64());
-        telemetry::set(&stats.demand_avg, self.demand_at(now));
+        telemetry::set(&self.stats.oldest_job_seconds, oldest.as_secs_f64());
     }
 
     /// Stops admission; returns whether this call closed the pool.
     pub(crate) fn close(&self) -> bool {
-        let closed = self.gate.close();
+        let closed = self.limit.gate.close();
         if closed {
             self.workers.wake_all();
         }
@@ -133,7 +101,7 @@ impl Core {
     }
 
     pub(crate) async fn wait_idle(&self) {
-        self.idle.wait(|| self.gate.in_use() == 0).await
+        self.limit.wait_idle().await
     }
 
     pub(crate) async fn wait_exited(&self) {

@@ -83,7 +83,7 @@ impl<F> Saturated<F> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
-        ceil_secs(self.retry_after)
+        crate::gate::limit::whole_secs(self.retry_after)
     }
 
     /// Takes the job back.
@@ -94,16 +94,6 @@ impl<F> Saturated<F> {
     pub fn into_inner(self) -> F {
         self.job
     }
-}
-
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    let whole = d.as_secs();
-    let secs = if d.subsec_nanos() > 0 {
-        whole.saturating_add(1)
-    } else {
-        whole
-    };
-    secs.max(1)
 }
 
 impl<F> fmt::Debug for Saturated<F> {

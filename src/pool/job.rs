@@ -6,6 +6,7 @@
 //! worker runs the closure, delivers the outcome (or reports it, when the `Job` is gone),
 //! and only then gives the slot back.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -16,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use super::core::Core;
 use super::error::{Saturated, TryRunError};
-use super::gate::Refused;
 use super::workers::Task;
 use crate::failure::{self, Classifier, Fallible, Panicked};
+use crate::gate::Refused;
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::{drop_quietly, lock, panic_message};
 use crate::telemetry::JobOutcome;
@@ -106,23 +107,49 @@ where
     }
 }
 
-/// The one admission path: a caller holding a slot hands `work` to a worker. `queued`
-/// says whether the caller was already counted as demand while it waited for the slot.
+/// The one admission path: a caller holding a slot hands `work` to a worker. `counted`
+/// says whether the caller was already counted as demand (while it waited for the slot, or
+/// when it took it).
 pub(crate) fn admit<W: IntoJob<T>, T: Send + 'static>(
     core: &Arc<Core>,
     work: W,
     waited: Duration,
-    queued: bool,
+    counted: bool,
 ) -> Job<T> {
-    core.admitted(queued);
+    core.limit.admitted(counted);
+    let job = dispatch(core, work, None);
+    // The recorder is user code: it hears of the wait once the job is on its way.
+    core.limit.record_wait(waited);
+    job
+}
+
+/// Runs `work` on a slot already held by someone else (a request admitted by the tower
+/// layer on this pool's gate): no admission, and instead of releasing a slot when it is
+/// done, the job drops `lent`, its share of that holder's slot.
+#[cfg(feature = "tower")]
+pub(crate) fn run_on_held_slot<W: IntoJob<T>, T: Send + 'static>(
+    core: &Arc<Core>,
+    work: W,
+    lent: Box<dyn Any + Send>,
+) -> Job<T> {
+    dispatch(core, work, Some(lent))
+}
+
+fn dispatch<W: IntoJob<T>, T: Send + 'static>(
+    core: &Arc<Core>,
+    work: W,
+    lent: Option<Box<dyn Any + Send>>,
+) -> Job<T> {
     let cell = Arc::new(Cell {
         core: core.clone(),
         work: Mutex::new(Some(work)),
         handoff: Handoff::new(W::classify(), core.reporter.clone()),
+        slot: match lent {
+            None => SlotRelease::Own,
+            Some(lent) => SlotRelease::Lent(Mutex::new(Some(lent))),
+        },
     });
     core.workers.dispatch(cell.clone());
-    // The recorder is user code: it hears of the wait once the job is on its way.
-    core.stats.emit_wait(waited);
     Job { cell }
 }
 
@@ -132,13 +159,12 @@ pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
     core: &Arc<Core>,
     work: W,
 ) -> Result<Job<T>, TryRunError<W>> {
-    match core.gate.try_acquire() {
-        Ok(()) => Ok(admit(core, work, Duration::ZERO, false)),
+    // A refusal is counted only: the recorder hears of refusals in batches, when a job
+    // finishes or the gauges are published.
+    match core.limit.try_acquire(true) {
+        Ok(()) => Ok(admit(core, work, Duration::ZERO, true)),
         Err(Refused::Saturated) => {
-            // Counted only: the recorder hears of refusals in batches, when the job
-            // holding the slot finishes or the gauges are published.
-            core.stats.rejected.count();
-            let retry_after = core.stats.retry_after();
+            let retry_after = core.limit.retry_after();
             Err(TryRunError::Saturated(Saturated::new(work, retry_after)))
         }
         Err(Refused::Closed) => Err(TryRunError::Closed(work)),
@@ -150,6 +176,15 @@ struct Cell<W, T> {
     core: Arc<Core>,
     work: Mutex<Option<W>>,
     handoff: Handoff<T>,
+    slot: SlotRelease,
+}
+
+/// How a job's slot goes back when it is done.
+enum SlotRelease {
+    /// The job was admitted for itself: the worker releases the slot.
+    Own,
+    /// The job runs on a slot someone else holds: the worker drops its share.
+    Lent(Mutex<Option<Box<dyn Any + Send>>>),
 }
 
 /// What a `Job<T>` sees of its cell.
@@ -166,7 +201,7 @@ impl<W: IntoJob<T>, T: Send + 'static> HandoffCell<T> for Cell<W, T> {
 impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
     fn run(self: Arc<Self>, worker: usize) {
         // The slot goes back once the outcome is delivered, or if anything below unwinds.
-        let slot = SlotGuard(&self.core);
+        let slot = SlotGuard(&self.core, &self.slot);
         let Some(work) = lock(&self.work).take() else {
             // A cell is dispatched once; there is nothing to run twice.
             return;
@@ -186,22 +221,27 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
             Ok(_) if self.handoff.is_failure(&result) => JobOutcome::Error,
             Ok(_) => JobOutcome::Ok,
         };
-        core.stats.count_job(outcome, elapsed);
+        core.stats.count_job(outcome);
+        core.limit.hold.add(elapsed);
         self.handoff.deliver(result, elapsed);
         // The recorder is user code: it hears of the job once its outcome is delivered (a
         // panic there is contained), and before the slot goes back, so a pool that reads
         // idle has told the recorder about every job.
         core.stats.emit_job(outcome, elapsed);
+        core.limit.rejected.flush();
         drop(slot);
     }
 }
 
 /// Gives a job's slot back when dropped: after delivery, or while unwinding.
-struct SlotGuard<'a>(&'a Core);
+struct SlotGuard<'a>(&'a Core, &'a SlotRelease);
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        self.0.release_slot();
+        match self.1 {
+            SlotRelease::Own => self.0.release_slot(),
+            SlotRelease::Lent(lent) => drop(lock(lent).take()),
+        }
     }
 }
 

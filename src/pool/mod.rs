@@ -13,13 +13,11 @@
 mod builder;
 mod core;
 mod error;
-pub(crate) mod gate;
 mod job;
 mod monitor;
 mod run;
 mod stats;
 mod threads;
-pub(crate) mod wait;
 mod within;
 mod workers;
 
@@ -120,11 +118,11 @@ impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let core = self.core();
         f.debug_struct("Pool")
-            .field("name", &&*core.name)
-            .field("capacity", &core.gate.capacity())
-            .field("in_use", &core.gate.in_use())
-            .field("waiting", &core.gate.waiting())
-            .field("closed", &core.gate.is_closed())
+            .field("name", &&*core.limit.name)
+            .field("capacity", &core.limit.gate.capacity())
+            .field("in_use", &core.limit.gate.in_use())
+            .field("waiting", &core.limit.gate.waiting())
+            .field("closed", &core.limit.gate.is_closed())
             .finish()
     }
 }
@@ -306,7 +304,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.core().name
+        &self.core().limit.name
     }
 
     /// The number of slots, equal to the number of worker threads.
@@ -319,7 +317,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn capacity(&self) -> usize {
-        self.core().gate.capacity()
+        self.core().limit.gate.capacity()
     }
 
     /// Slots held now, orphaned jobs included.
@@ -336,7 +334,7 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     pub fn in_use(&self) -> usize {
-        self.core().gate.in_use()
+        self.core().limit.gate.in_use()
     }
 
     /// Callers waiting in [`run`](Pool::run) for a slot.
@@ -349,7 +347,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn waiting(&self) -> usize {
-        self.core().gate.waiting()
+        self.core().limit.gate.waiting()
     }
 
     /// The age of the oldest job running now, `None` when no job runs. A job older than the
@@ -379,7 +377,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn demand(&self) -> f64 {
-        self.core().demand_at(Instant::now())
+        self.core().limit.demand_at(Instant::now())
     }
 
     /// Failures of orphaned jobs so far (each one also went to the orphan handler).
@@ -415,17 +413,17 @@ impl Pool {
         let core = self.core();
         let now = Instant::now();
         PoolStats {
-            capacity: core.gate.capacity(),
-            in_use: core.gate.in_use(),
-            waiting: core.gate.waiting(),
-            rejected: core.stats.rejected.get(),
+            capacity: core.limit.gate.capacity(),
+            in_use: core.limit.gate.in_use(),
+            waiting: core.limit.gate.waiting(),
+            rejected: core.limit.rejected.get(),
             jobs_ok: core.stats.jobs(JobOutcome::Ok),
             jobs_error: core.stats.jobs(JobOutcome::Error),
             jobs_panicked: core.stats.jobs(JobOutcome::Panicked),
             orphaned_failures: core.reporter.orphaned(),
             stuck_jobs: core.stats.stuck.get(),
             oldest_job_age: core.workers.oldest_job_age(now),
-            demand: core.demand_at(now),
+            demand: core.limit.demand_at(now),
         }
     }
 
@@ -468,7 +466,7 @@ impl Pool {
     ///
     /// See [`close`](Pool::close).
     pub fn is_closed(&self) -> bool {
-        self.core().gate.is_closed()
+        self.core().limit.gate.is_closed()
     }
 
     /// Resolves once no slot is held (every admitted job, orphans included, has finished and
@@ -491,6 +489,34 @@ impl Pool {
     /// ```
     pub async fn wait_idle(&self) {
         self.core().wait_idle().await
+    }
+
+    /// Whether `other` is a handle of this same pool.
+    #[cfg(feature = "tower")]
+    pub(crate) fn same_pool(&self, other: &Pool) -> bool {
+        Arc::ptr_eq(self.core(), other.core())
+    }
+
+    /// The pool's gate and its accounting, for the tower layer's pool mode.
+    #[cfg(feature = "tower")]
+    pub(crate) fn limit(&self) -> &crate::gate::limit::Limit {
+        &self.core().limit
+    }
+
+    /// The last slot came back (the tower layer's pool mode released it).
+    #[cfg(feature = "tower")]
+    pub(crate) fn idle_now(&self) {
+        self.core().idle_now();
+    }
+
+    /// Runs `job` on a slot already held by a request admitted on this pool's gate.
+    #[cfg(feature = "tower")]
+    pub(crate) fn run_on_held_slot<W: IntoJob<T>, T: Send + 'static>(
+        &self,
+        job: W,
+        lent: Box<dyn std::any::Any + Send>,
+    ) -> Job<T> {
+        job::run_on_held_slot(self.core(), job, lent)
     }
 
     /// Reports a panic nobody else will see as an orphaned failure of this pool (used by a

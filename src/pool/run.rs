@@ -12,8 +12,8 @@ use std::time::Instant;
 use super::core::Core;
 use super::error::RunError;
 use super::job::{self, IntoJob, Job};
-use super::wait::{Ended, SlotWait, Started};
 use crate::deadline::{Deadline, DeadlineTimer, Expired, poll_timer};
+use crate::gate::wait::{Ended, SlotWait, Started};
 
 enum Phase<W, T> {
     /// Not polled yet: no slot asked for.
@@ -96,10 +96,10 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RunError>> {
         loop {
             match &mut self.phase {
-                Phase::Start(_) => match self.wait.start(&self.core.gate) {
+                Phase::Start(_) => match self.wait.start(&self.core.limit.gate) {
                     Started::Acquired => self.admit(false),
                     Started::Queued => {
-                        self.core.queued();
+                        self.core.limit.queued();
                         self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
                             Phase::Start(work) => Phase::Queued(work),
                             _ => unreachable!("matched `Start`"),
@@ -110,15 +110,13 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                         return Poll::Ready(Err(RunError::Closed));
                     }
                 },
-                Phase::Queued(_) => match self.wait.poll(&self.core.gate, cx.waker()) {
+                Phase::Queued(_) => match self.wait.poll(&self.core.limit.gate, cx.waker()) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ended::Granted) => self.admit(true),
                     Poll::Ready(ended) => {
                         self.phase = Phase::Done;
-                        if ended == Ended::ClosedHolding {
-                            self.core.release_slot();
-                        } else {
-                            self.core.wait_closed();
+                        if self.core.limit.wait_closed(ended) {
+                            self.core.idle_now();
                         }
                         return Poll::Ready(Err(RunError::Closed));
                     }
@@ -164,7 +162,7 @@ impl<W, T> fmt::Debug for Run<W, T> {
             Phase::Done => "done",
         };
         f.debug_struct("Run")
-            .field("pool", &&*self.core.name)
+            .field("pool", &&*self.core.limit.name)
             .field("phase", &phase)
             .field("deadline", &self.deadline)
             .finish()

@@ -1,14 +1,12 @@
 //! A pool's own counters and the metric handles it emits through.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, Histogram};
 
 use crate::telemetry::{
-    self, Counted, JOB_OUTCOMES, JobOutcome, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE,
-    POOL_JOB_SECONDS, POOL_JOBS_TOTAL, POOL_OLDEST_JOB_SECONDS, POOL_REJECTED_TOTAL,
-    POOL_STUCK_JOBS_TOTAL, POOL_WAIT_SECONDS, POOL_WAITING,
+    self, Counted, JOB_OUTCOMES, JobOutcome, POOL_JOB_SECONDS, POOL_JOBS_TOTAL,
+    POOL_OLDEST_JOB_SECONDS, POOL_STUCK_JOBS_TOTAL,
 };
 
 /// A snapshot of a pool's counters, from [`Pool::stats`](super::Pool::stats).
@@ -49,27 +47,22 @@ pub struct PoolStats {
     pub demand: f64,
 }
 
-/// Counters kept by the pool itself, whatever recorder is installed, each mirrored into
-/// its metric; and the handles of the gauges and histograms.
+/// The job counters a pool keeps itself, whatever recorder is installed, each mirrored
+/// into its metric; and the handles of its job gauges and histograms. The admission series
+/// (capacity, in use, waiting, refusals, waits, demand) are its
+/// [`Limit`](crate::gate::limit::Limit)'s.
 #[derive(Debug)]
 pub(crate) struct Stats {
-    pub(crate) rejected: Counted,
     /// Finished jobs, indexed by [`JobOutcome`].
     jobs: [Counted; 3],
     pub(crate) stuck: Counted,
-    /// Moving average of job durations, in nanoseconds; 0 until a job finished.
-    avg_job_nanos: AtomicU64,
-    pub(crate) in_use: Gauge,
-    pub(crate) waiting: Gauge,
     pub(crate) oldest_job_seconds: Gauge,
-    pub(crate) demand_avg: Gauge,
-    wait_seconds: Histogram,
     job_seconds: Histogram,
 }
 
 impl Stats {
-    /// Registers every series of pool `name` with the recorder, each with a zero.
-    pub(crate) fn register(name: &str, capacity: usize) -> Stats {
+    /// Registers the job series of pool `name` with the recorder.
+    pub(crate) fn register(name: &str) -> Stats {
         let label = || name.to_string();
         let counter = |metric: &'static str| {
             Counted::new(telemetry::register(
@@ -95,17 +88,10 @@ impl Stats {
                 Counter::noop,
             ))
         };
-        telemetry::set(&gauge(POOL_CAPACITY), capacity as f64);
         Stats {
-            rejected: counter(POOL_REJECTED_TOTAL),
             jobs: JOB_OUTCOMES.map(job),
             stuck: counter(POOL_STUCK_JOBS_TOTAL),
-            avg_job_nanos: AtomicU64::new(0),
-            in_use: gauge(POOL_IN_USE),
-            waiting: gauge(POOL_WAITING),
             oldest_job_seconds: gauge(POOL_OLDEST_JOB_SECONDS),
-            demand_avg: gauge(POOL_DEMAND_AVG),
-            wait_seconds: histogram(POOL_WAIT_SECONDS),
             job_seconds: histogram(POOL_JOB_SECONDS),
         }
     }
@@ -117,39 +103,13 @@ impl Stats {
     /// Counts a finished job in the pool's own numbers (before its outcome is delivered, so
     /// whoever awaits it sees them). The recorder hears of it in
     /// [`emit_job`](Stats::emit_job), after delivery.
-    pub(crate) fn count_job(&self, outcome: JobOutcome, elapsed: Duration) {
+    pub(crate) fn count_job(&self, outcome: JobOutcome) {
         self.jobs[outcome as usize].count();
-        // Exponential moving average with weight 1/8; lost updates under contention only
-        // make the hint a little older.
-        let sample = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let avg = self.avg_job_nanos.load(Ordering::Relaxed);
-        let next = if avg == 0 {
-            sample
-        } else {
-            avg - avg / 8 + sample / 8
-        };
-        self.avg_job_nanos.store(next.max(1), Ordering::Relaxed);
     }
 
-    /// Tells the recorder about a job counted by [`count_job`](Stats::count_job), and
-    /// about the refusals counted while it ran.
+    /// Tells the recorder about a job counted by [`count_job`](Stats::count_job).
     pub(crate) fn emit_job(&self, outcome: JobOutcome, elapsed: Duration) {
         self.jobs[outcome as usize].emit();
         telemetry::record(&self.job_seconds, elapsed);
-        self.rejected.flush();
-    }
-
-    /// Records the wait of an admitted caller.
-    pub(crate) fn emit_wait(&self, waited: Duration) {
-        telemetry::record(&self.wait_seconds, waited);
-    }
-
-    /// The retry hint for a refused caller: the moving average of job durations (how long a
-    /// running job takes to free its slot), at least 1 ms, 1 s before any job finished.
-    pub(crate) fn retry_after(&self) -> Duration {
-        match self.avg_job_nanos.load(Ordering::Relaxed) {
-            0 => Duration::from_secs(1),
-            nanos => Duration::from_nanos(nanos).max(Duration::from_millis(1)),
-        }
     }
 }

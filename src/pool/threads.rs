@@ -15,12 +15,12 @@ pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
     let core = Arc::new(Core::new(builder)?);
     for index in 0..core.workers.count() {
         let worker = core.clone();
-        let name = format!("{}-{index}", core.name);
+        let name = format!("{}-{index}", core.limit.name);
         spawn(&core, builder, name, true, move || work(&worker, index))?;
     }
     if let Some(threshold) = stuck_after {
         let watcher = core.clone();
-        let name = format!("{}-monitor", core.name);
+        let name = format!("{}-monitor", core.limit.name);
         spawn(&core, builder, name, false, move || {
             let watched = Watched {
                 monitor: &watcher.monitor,

@@ -79,7 +79,7 @@ impl<W, T> fmt::Debug for TryRunWithin<W, T> {
             Phase::Done => "done",
         };
         f.debug_struct("TryRunWithin")
-            .field("pool", &&*self.core.name)
+            .field("pool", &&*self.core.limit.name)
             .field("phase", &phase)
             .field("deadline", &self.deadline)
             .finish()

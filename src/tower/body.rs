@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
 
-use super::mode::Slot;
+use super::slot::Slot;
 
 pin_project_lite::pin_project! {
     /// The body of a response from an [`Admission`](super::Admission) service: the inner

@@ -2,16 +2,24 @@
 
 use std::fmt;
 use std::hash::Hash;
-use std::time::Duration;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http::Request;
 use http::request::Parts;
 
-use super::mode::{Keyed, Mode, Slots};
+use super::gated::{Limited, OnPool};
+use super::mode::sealed::Gauged;
+use super::mode::{Keyed, Mode};
 use super::service::Admission;
 use crate::deadline::Deadline;
+use crate::demand::Demand;
+use crate::gate::MAX_CAPACITY;
+use crate::gate::limit::Limit;
 use crate::header;
 use crate::keyed::KeyedGate;
+use crate::pool::Pool;
 
 /// What the layer does besides admitting.
 #[derive(Clone, Copy, Debug)]
@@ -62,59 +70,130 @@ impl AdmissionConfig {
 ///
 /// // Two requests at a time; others wait in line within their deadline: the earliest of
 /// // Prometheus', Envoy's and gRPC's timeout headers less 500 ms, at most 10 s.
-/// let layer = AdmissionLayer::new(2)
+/// let layer = AdmissionLayer::new("api", 2)?
 ///     .wait_within_deadline()
 ///     .deadline_from_headers(Duration::from_secs(10), Duration::from_millis(500));
 /// assert_eq!((layer.capacity(), layer.in_use()), (2, 0));
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct AdmissionLayer<M = Slots> {
+pub struct AdmissionLayer<M = Limited> {
     pub(crate) mode: M,
     pub(crate) config: AdmissionConfig,
 }
 
-impl AdmissionLayer<Slots> {
-    /// A layer admitting `capacity` requests at a time (`0` is taken as `1`; at most
-    /// 65 536), failing fast.
+impl AdmissionLayer<Limited> {
+    /// A layer admitting `capacity` requests at a time through a limit of its own named
+    /// `name` (its metrics' `pool` label), failing fast.
+    ///
+    /// Its series are a pool's admission series under that name: give it a name no pool
+    /// uses. To make a pool the one limit from the request to the worker thread, use
+    /// [`for_pool`](AdmissionLayer::for_pool) instead.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above 65 536, or an empty
+    /// name.
     ///
     /// # Examples
     ///
     /// ```
-    /// let layer = loopguard::tower::AdmissionLayer::new(0);
-    /// assert_eq!(layer.capacity(), 1);
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 8)?;
+    /// assert_eq!(layer.capacity(), 8);
+    /// let err = loopguard::tower::AdmissionLayer::new("api", 0).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(capacity: usize) -> AdmissionLayer<Slots> {
-        AdmissionLayer::with_mode(Slots::new(capacity))
+    pub fn new(name: &str, capacity: usize) -> io::Result<AdmissionLayer<Limited>> {
+        let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidInput, what);
+        if capacity == 0 || capacity > MAX_CAPACITY {
+            return Err(invalid(format!(
+                "an admission layer's capacity must be between 1 and {MAX_CAPACITY}, not {capacity}"
+            )));
+        }
+        if name.is_empty() {
+            return Err(invalid(
+                "an admission layer's name must not be empty".into(),
+            ));
+        }
+        let limit = Limit::new(name.into(), capacity, Demand::default());
+        Ok(AdmissionLayer::with_mode(Limited {
+            limit: Arc::new(limit),
+        }))
     }
 
+    /// Publishes the layer's gauges (in use, waiting, demand) and the refusals counted so
+    /// far: call it before rendering a scrape, as [`Pool::publish_metrics`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 2)?;
+    /// layer.publish_metrics();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn publish_metrics(&self) {
+        self.mode.limit.publish(Instant::now());
+    }
+}
+
+impl AdmissionLayer<OnPool> {
+    /// A layer admitting requests on `pool`'s own slots: the pool is the one limit from the
+    /// request to the worker thread.
+    ///
+    /// A request holds one of the pool's slots until its response body has ended (and
+    /// until any job it runs on it is done), so [`Pool::in_use`] and [`Pool::try_run`] see
+    /// it; a request the layer refuses counts as a refusal of the pool
+    /// (`loopguard_pool_rejected_total`); and the handler runs its blocking work on that
+    /// very slot with [`Slot::try_run`](super::Slot::try_run), with no second admission
+    /// that could refuse it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::pool::Pool;
+    /// use loopguard::tower::AdmissionLayer;
+    ///
+    /// let pool = Pool::builder().name("registry-serve").workers(2).build()?;
+    /// let layer = AdmissionLayer::for_pool(&pool);
+    /// assert_eq!((layer.capacity(), layer.in_use()), (2, pool.in_use()));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn for_pool(pool: &Pool) -> AdmissionLayer<OnPool> {
+        AdmissionLayer::with_mode(OnPool { pool: pool.clone() })
+    }
+}
+
+impl<M: Mode + Gauged> AdmissionLayer<M> {
     /// The number of slots.
     ///
     /// # Examples
     ///
     /// See [`AdmissionLayer`].
     pub fn capacity(&self) -> usize {
-        self.mode.gate().capacity()
+        self.mode.capacity()
     }
 
-    /// Slots held now: requests whose response is still being produced or written, and
-    /// [`Slot`](super::Slot) clones kept by their work.
+    /// Slots held now: requests whose response is still being produced or written, the
+    /// work they hold a [`Slot`](super::Slot) in, and (for a pool's layer) the pool's jobs.
     ///
     /// # Examples
     ///
     /// See [`AdmissionLayer`].
     pub fn in_use(&self) -> usize {
-        self.mode.gate().in_use()
+        self.mode.in_use()
     }
 
-    /// Requests waiting in line for a slot.
+    /// Requests (and, for a pool's layer, `run` callers) waiting in line for a slot.
     ///
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::tower::AdmissionLayer::new(1).waiting(), 0);
+    /// assert_eq!(loopguard::tower::AdmissionLayer::new("api", 1)?.waiting(), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn waiting(&self) -> usize {
-        self.mode.gate().waiting()
+        self.mode.waiting()
     }
 
     /// Resolves once no slot is held. Cancel safe: it only observes.
@@ -123,9 +202,10 @@ impl AdmissionLayer<Slots> {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let layer = loopguard::tower::AdmissionLayer::new(1);
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 1)?;
     /// layer.wait_idle().await;
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub async fn wait_idle(&self) {
         self.mode.wait_idle().await
@@ -199,10 +279,11 @@ impl<M: Mode> AdmissionLayer<M> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let layer = loopguard::tower::AdmissionLayer::new(4)
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 4)?
     ///     .wait_within_deadline()
     ///     .deadline_from_headers(Duration::from_secs(5), Duration::ZERO);
     /// # let _ = layer;
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn wait_within_deadline(mut self) -> Self {
         self.config.wait = true;
@@ -220,9 +301,10 @@ impl<M: Mode> AdmissionLayer<M> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let layer = loopguard::tower::AdmissionLayer::new(2)
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 2)?
     ///     .deadline_from_headers(Duration::from_secs(30), Duration::from_millis(500));
     /// # let _ = layer;
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn deadline_from_headers(mut self, default: Duration, offset: Duration) -> Self {
         self.config.deadline = Some((default, offset));
@@ -234,10 +316,11 @@ impl<M: Mode> AdmissionLayer<M> {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::tower::AdmissionLayer::new(1).rejected(), 0);
+    /// assert_eq!(loopguard::tower::AdmissionLayer::new("api", 1)?.rejected(), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn rejected(&self) -> u64 {
-        self.mode.stats().rejected()
+        self.mode.rejected()
     }
 
     /// The `Retry-After` a refusal carries now: the average time admitted requests held
@@ -249,11 +332,12 @@ impl<M: Mode> AdmissionLayer<M> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let layer = loopguard::tower::AdmissionLayer::new(1);
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 1)?;
     /// assert_eq!(layer.retry_after(), Duration::from_secs(1));
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn retry_after(&self) -> Duration {
-        self.mode.stats().retry_after()
+        self.mode.retry_after()
     }
 }
 

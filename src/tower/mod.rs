@@ -1,8 +1,8 @@
 //! Admission control for HTTP services without tokio: a tower [`Layer`](tower_layer::Layer)
 //! that admits each request through a loopguard gate (feature `tower`).
 //!
-//! tower's own `limit` queues (and needs tokio's runtime); `load-shed` refuses only what
-//! the inner service says it cannot take. [`AdmissionLayer`] refuses by itself, at once,
+//! tower's own `limit` queues (it needs the tokio crate's `sync` primitives, not its
+//! runtime); `load-shed` refuses only what the inner service says it cannot take. [`AdmissionLayer`] refuses by itself, at once,
 //! with the answer a client or a mesh can act on, on any executor (smol, async-std, a
 //! `LocalExecutor`, tokio):
 //!
@@ -19,6 +19,11 @@
 //!   returns; and by every clone of the request's [`Slot`] that the handler moved into work
 //!   of its own, so that a client that disconnects cannot free the slot while a walk it
 //!   started still runs on a pool thread.
+//! - **One limit with a pool** ([`AdmissionLayer::for_pool`]): requests take the pool's
+//!   own slots, so the pool sees them (`in_use`, `try_run`, its refusal counter), and the
+//!   handler runs its blocking job on the request's slot ([`Slot::try_run`]). A layer of
+//!   its own ([`AdmissionLayer::new`]) has a name and emits a pool's admission series
+//!   under it.
 //! - **Per key** ([`AdmissionLayer::keyed`]): a [`KeyedGate`](crate::keyed::KeyedGate)
 //!   slot for a key taken from each request; a busy key is refused, others are unaffected.
 //! - **Deadlines from the request's headers** ([`AdmissionLayer::deadline_from_headers`]):
@@ -29,8 +34,9 @@
 //!
 //! # Examples
 //!
-//! A handler that walks a registry on a [`Pool`](crate::pool::Pool) within the request's
-//! deadline, keeping the request's slot in the job:
+//! The pool as the one limit from the request to the worker thread: a request is admitted
+//! on one of the pool's slots (or refused at once), and its handler walks the registry on
+//! that very slot, within the request's deadline:
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -56,28 +62,31 @@
 //!
 //!     fn call(&mut self, request: Request<()>) -> Self::Future {
 //!         let deadline = *request.extensions().get::<Deadline>().expect("set by the layer");
-//!         let slot = request.extensions().get::<Slot>().cloned();
+//!         let slot = request.extensions().get::<Slot>().cloned().expect("set by the layer");
 //!         let pool = self.0.clone();
 //!         Box::pin(async move {
-//!             // The walk keeps the slot until it ends, even if the client leaves.
-//!             let walk = pool.run_within(deadline, move || { let _slot = slot; "up 1\n".to_string() });
-//!             Ok(match walk.await {
-//!                 Ok(body) => Response::new(body),
-//!                 Err(_) => {
-//!                     let mut busy = Response::new(String::new());
-//!                     *busy.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-//!                     busy
-//!                 }
-//!             })
+//!             // On the request's own slot: no second admission. The walk keeps the slot
+//!             // until it ends, even if the client leaves.
+//!             let status = match slot.try_run(&pool, || "up 1\n".to_string()) {
+//!                 Ok(walk) => match deadline.run(walk).await {
+//!                     Ok(Ok(body)) => return Ok(Response::new(body)),
+//!                     Ok(Err(_panicked)) => StatusCode::INTERNAL_SERVER_ERROR,
+//!                     Err(_expired) => StatusCode::SERVICE_UNAVAILABLE,
+//!                 },
+//!                 Err(_busy) => StatusCode::SERVICE_UNAVAILABLE,
+//!             };
+//!             let mut answer = Response::new(String::new());
+//!             *answer.status_mut() = status;
+//!             Ok(answer)
 //!         })
 //!     }
 //! }
 //!
 //! # futures_lite::future::block_on(async {
 //! let pool = Pool::builder().name("registry-serve").workers(2).build()?;
-//! let layer = AdmissionLayer::new(2)
+//! let layer = AdmissionLayer::for_pool(&pool)
 //!     .deadline_from_headers(Duration::from_secs(10), Duration::from_millis(500));
-//! let mut service = layer.layer(Metrics(pool));
+//! let mut service = layer.layer(Metrics(pool.clone()));
 //!
 //! let request = Request::get("/metrics")
 //!     .header("X-Prometheus-Scrape-Timeout-Seconds", "5")
@@ -85,6 +94,10 @@
 //!     .unwrap();
 //! let response = service.call(request).await.unwrap();
 //! assert_eq!(response.status(), StatusCode::OK);
+//! // The body still holds the request's pool slot until it is written.
+//! assert_eq!(pool.in_use(), 1);
+//! drop(response);
+//! pool.wait_idle().await;
 //! # Ok::<(), std::io::Error>(())
 //! # }).unwrap();
 //! ```
@@ -102,12 +115,16 @@
 //!   handler's future.
 
 mod body;
+mod gated;
 mod layer;
 mod mode;
 mod refuse;
 mod service;
+mod slot;
 
 pub use body::AdmissionBody;
+pub use gated::{Limited, OnPool};
 pub use layer::AdmissionLayer;
-pub use mode::{Keyed, Mode, Slot, Slots};
+pub use mode::{Keyed, Mode};
 pub use service::{Admission, ResponseFuture};
+pub use slot::Slot;

@@ -14,6 +14,7 @@ use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::body::AdmissionBody;
+use crate::gate::limit::whole_secs;
 
 /// "0", "1", ... "99" as two digits each, sliced without allocating.
 const TWO_DIGITS: &str = "00010203040506070809\
@@ -26,17 +27,6 @@ const TWO_DIGITS: &str = "00010203040506070809\
                           70717273747576777879\
                           80818283848586878889\
                           90919293949596979899";
-
-/// Whole seconds, rounded up, at least 1: what `Retry-After` carries.
-pub(crate) fn whole_secs(hint: Duration) -> u64 {
-    let secs = hint.as_secs();
-    let secs = if hint.subsec_nanos() > 0 {
-        secs.saturating_add(1)
-    } else {
-        secs
-    };
-    secs.max(1)
-}
 
 /// `secs` as a header value, without allocating below 100.
 fn header_value(secs: u64) -> HeaderValue {
@@ -68,15 +58,5 @@ mod tests {
         for n in [1u64, 7, 9, 10, 42, 99, 100, 3600, u64::MAX] {
             assert_eq!(header_value(n).to_str().unwrap(), n.to_string());
         }
-    }
-
-    #[test]
-    fn hints_round_up_to_whole_seconds() {
-        let ms = Duration::from_millis;
-        assert_eq!(whole_secs(ms(0)), 1);
-        assert_eq!(whole_secs(ms(1)), 1);
-        assert_eq!(whole_secs(ms(1000)), 1);
-        assert_eq!(whole_secs(ms(1001)), 2);
-        assert_eq!(whole_secs(Duration::MAX), u64::MAX);
     }
 }

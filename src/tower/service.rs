@@ -3,7 +3,6 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,9 +10,11 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::AdmissionBody;
+use super::gated::Limited;
 use super::layer::AdmissionConfig;
-use super::mode::{AdmissionStats, AdmitOutcome, Mode, Slot, Slots};
+use super::mode::{AdmitOutcome, Mode};
 use super::refuse::refusal;
+use super::slot::Slot;
 use crate::deadline::{Deadline, DeadlineTimer, Within, poll_timer};
 
 /// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
@@ -59,7 +60,7 @@ use crate::deadline::{Deadline, DeadlineTimer, Within, poll_timer};
 /// }
 ///
 /// # futures_lite::future::block_on(async {
-/// let layer = AdmissionLayer::new(1);
+/// let layer = AdmissionLayer::new("hello", 1)?;
 /// let mut service = layer.layer(Hello);
 /// let first = service.call(Request::new(())).await.unwrap();
 /// assert_eq!(layer.in_use(), 1, "held until the body is written");
@@ -68,10 +69,11 @@ use crate::deadline::{Deadline, DeadlineTimer, Within, poll_timer};
 /// assert_eq!(second.headers()["retry-after"], "1");
 /// drop(first);
 /// assert_eq!(layer.in_use(), 0);
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Clone)]
-pub struct Admission<S, M = Slots> {
+pub struct Admission<S, M = Limited> {
     inner: S,
     mode: M,
     config: AdmissionConfig,
@@ -93,8 +95,9 @@ impl<S, M> Admission<S, M> {
     /// ```
     /// use tower_layer::Layer;
     ///
-    /// let service = loopguard::tower::AdmissionLayer::new(1).layer(7_u8);
+    /// let service = loopguard::tower::AdmissionLayer::new("api", 1)?.layer(7_u8);
     /// assert_eq!(*service.get_ref(), 7);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -137,7 +140,7 @@ where
         let state = match self.mode.try_admit(request, self.config.wait) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
-                let slot = Slot::grant(self.mode.stats(), permit);
+                let slot = Slot::grant(permit, self.mode.pool());
                 let deadline = self.config.deadline(&request);
                 let request = admitted(request, &slot, deadline);
                 ResponseState::Running {
@@ -159,7 +162,7 @@ where
                             service: Some(self.inner.clone()),
                             request: Some(request),
                             deadline,
-                            stats: self.mode.stats().clone(),
+                            mode: self.mode.clone(),
                         }),
                     },
                 }
@@ -176,10 +179,9 @@ impl<S, M: Mode> Admission<S, M> {
     where
         S: Service<Request<ReqB>>,
     {
-        let stats = self.mode.stats();
-        stats.reject();
+        self.mode.reject();
         ResponseState::Refused {
-            retry_after: stats.retry_after(),
+            retry_after: self.mode.retry_after(),
         }
     }
 }
@@ -196,16 +198,16 @@ struct WaitingRequest<S, ReqB, M: Mode> {
     service: Option<S>,
     request: Option<Request<ReqB>>,
     deadline: Option<Deadline>,
-    stats: Arc<AdmissionStats>,
+    mode: M,
 }
 
 impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
     /// Refuses the request (no slot in time, or the gate closed): its permit, if any, goes
     /// back when the state is replaced.
     fn refused(&self) -> ResponseState<S, ReqB, M> {
-        self.stats.reject();
+        self.mode.reject();
         ResponseState::Refused {
-            retry_after: self.stats.retry_after(),
+            retry_after: self.mode.retry_after(),
         }
     }
 }
@@ -250,7 +252,7 @@ pin_project_lite::pin_project! {
     ///
     /// See [`Admission`].
     #[must_use = "futures do nothing unless polled"]
-    pub struct ResponseFuture<S, ReqB, M = Slots>
+    pub struct ResponseFuture<S, ReqB, M = Limited>
     where
         S: Service<Request<ReqB>>,
         M: Mode,
@@ -273,8 +275,8 @@ where
             match state.as_mut().project() {
                 ResponseStateProj::Waiting { line } => {
                     if line.permit.is_none() {
-                        // A permit that arrives at or after the deadline is dropped (passed
-                        // on) by `Within`.
+                        // A poll that starts past the deadline drops the wait (a slot
+                        // granted meanwhile passes on): `Within`'s rule.
                         match std::task::ready!(Pin::new(&mut line.wait).poll(cx)) {
                             Ok(Some(permit)) => line.permit = Some(permit),
                             Ok(None) | Err(_) => {
@@ -306,12 +308,19 @@ where
                             return Poll::Pending;
                         }
                     }
+                    // Admitted and ready, but past the deadline (the grant or the readiness
+                    // came late): too late to serve. The slot passes on.
+                    if line.deadline.is_some_and(Deadline::is_expired) {
+                        let refused = line.refused();
+                        state.set(refused);
+                        continue;
+                    }
                     let (Some(permit), Some(mut service), Some(request)) =
                         (line.permit.take(), line.service.take(), line.request.take())
                     else {
                         unreachable!("taken once, just before `Running`");
                     };
-                    let slot = Slot::grant(&line.stats, permit);
+                    let slot = Slot::grant(permit, line.mode.pool());
                     let request = admitted(request, &slot, line.deadline);
                     let future = service.call(request);
                     state.set(ResponseState::Running {

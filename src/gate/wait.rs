@@ -8,7 +8,7 @@
 
 use std::task::{Poll, Waker};
 
-use super::gate::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
+use super::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
 use crate::sync::drop_contained;
 
 /// How [`SlotWait::start`] went.

@@ -1,0 +1,241 @@
+//! [`Limit`]: a named [`Gate`] with the accounting every admission path shares: demand,
+//! the idle signal, refusals, the wait histogram, the gauges, and the `Retry-After` basis.
+//!
+//! A [`Pool`](crate::pool::Pool) admits its jobs through one, the tower layer its requests
+//! (through its own, or through a pool's with `AdmissionLayer::for_pool`), so every
+//! admission path emits the same metric families under its name: `capacity`, `in_use`,
+//! `waiting`, `rejected_total`, `wait_seconds` and `demand_avg`, labelled `pool`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ::metrics::{Counter, Gauge, Histogram};
+
+use super::wait::{Ended, SlotWait};
+use super::{Gate, Refused};
+use crate::demand::Demand;
+use crate::signal::Signal;
+use crate::telemetry::{
+    self, Counted, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE, POOL_REJECTED_TOTAL,
+    POOL_WAIT_SECONDS, POOL_WAITING,
+};
+
+/// A named gate and its accounting; see the [module docs](self).
+#[derive(Debug)]
+pub(crate) struct Limit {
+    pub(crate) name: Arc<str>,
+    pub(crate) gate: Gate,
+    /// Holders + waiters over time: +1 on admission or on queueing, -1 when the slot is
+    /// released or the wait ends without a slot.
+    demand: Demand,
+    /// Notified when the last slot is released.
+    idle: Signal,
+    /// Refusals, counted at once and emitted in batches ([`Counted::flush`]).
+    pub(crate) rejected: Counted,
+    /// How long a slot is held, on average: the `Retry-After` basis.
+    pub(crate) hold: Average,
+    in_use: Gauge,
+    waiting: Gauge,
+    demand_avg: Gauge,
+    wait_seconds: Histogram,
+}
+
+impl Limit {
+    /// A limit of `capacity` slots named `name`, its series registered with the recorder
+    /// (the gauges at their values, the counter at zero).
+    pub(crate) fn new(name: Arc<str>, capacity: usize, demand: Demand) -> Limit {
+        let label = || name.to_string();
+        let gauge = |metric: &'static str| {
+            let gauge =
+                telemetry::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            telemetry::set(&gauge, 0.0);
+            gauge
+        };
+        telemetry::set(&gauge(POOL_CAPACITY), capacity as f64);
+        let rejected = Counted::new(telemetry::register(
+            || ::metrics::counter!(POOL_REJECTED_TOTAL, "pool" => label()),
+            Counter::noop,
+        ));
+        let wait_seconds = telemetry::register(
+            || ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label()),
+            Histogram::noop,
+        );
+        Limit {
+            in_use: gauge(POOL_IN_USE),
+            waiting: gauge(POOL_WAITING),
+            demand_avg: gauge(POOL_DEMAND_AVG),
+            name,
+            gate: Gate::new(capacity),
+            demand,
+            idle: Signal::new(),
+            rejected,
+            hold: Average::default(),
+            wait_seconds,
+        }
+    }
+
+    /// Takes a free slot if nobody waits, counting it as demand; a refusal because the
+    /// gate is saturated is counted as rejected when `count` says so (a caller that goes on
+    /// to wait in line was not refused). Lock-free; allocates nothing.
+    pub(crate) fn try_acquire(&self, count: bool) -> Result<(), Refused> {
+        match self.gate.try_acquire() {
+            Ok(()) => {
+                self.demand.add(1);
+                Ok(())
+            }
+            Err(Refused::Saturated) => {
+                if count {
+                    self.rejected.count();
+                }
+                Err(Refused::Saturated)
+            }
+            Err(Refused::Closed) => Err(Refused::Closed),
+        }
+    }
+
+    /// Accounts for an admission that took the slot from the [`Gate`] directly, or through
+    /// a [`SlotWait`]: `counted` says whether the caller was counted as demand already (in
+    /// line, or by [`try_acquire`](Limit::try_acquire)). Call it before anything can
+    /// release the slot.
+    pub(crate) fn admitted(&self, counted: bool) {
+        if !counted {
+            self.demand.add(1);
+        }
+    }
+
+    /// Records the wait of an admitted caller (user code: call it last).
+    pub(crate) fn record_wait(&self, waited: Duration) {
+        telemetry::record(&self.wait_seconds, waited);
+    }
+
+    /// A caller joined the line.
+    pub(crate) fn queued(&self) {
+        self.demand.add(1);
+    }
+
+    /// A queued caller's wait ended as `ended` without admission (the gate closed): it is
+    /// no longer demand, and a slot granted just before the close goes back. Returns
+    /// whether the slot released was the last one held.
+    pub(crate) fn wait_closed(&self, ended: Ended) -> bool {
+        if ended == Ended::ClosedHolding {
+            self.release() == 0
+        } else {
+            self.demand.add(-1);
+            false
+        }
+    }
+
+    /// A queued caller gives up (dropped, or its deadline passed). A slot granted to it in
+    /// the meantime goes on. Returns whether the slot released was the last one held.
+    pub(crate) fn abandon_wait(&self, wait: &mut SlotWait) -> bool {
+        if wait.cancel(&self.gate) {
+            self.release() == 0
+        } else {
+            self.demand.add(-1);
+            false
+        }
+    }
+
+    /// Gives a slot back (to the oldest waiter if there is one) and takes it off the
+    /// demand. Returns the slots in use afterwards; at 0 the caller notifies
+    /// [`idle`](Limit::notify_idle) once its own wake-ups are done.
+    pub(crate) fn release(&self) -> usize {
+        self.demand.add(-1);
+        self.gate.release()
+    }
+
+    /// Wakes the tasks in [`wait_idle`](Limit::wait_idle).
+    pub(crate) fn notify_idle(&self) {
+        self.idle.notify_all();
+    }
+
+    /// Resolves once no slot is held.
+    pub(crate) async fn wait_idle(&self) {
+        self.idle.wait(|| self.gate.in_use() == 0).await
+    }
+
+    pub(crate) fn demand_at(&self, now: Instant) -> f64 {
+        self.demand.average_at(now)
+    }
+
+    /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
+    pub(crate) fn publish(&self, now: Instant) {
+        self.rejected.flush();
+        telemetry::set(&self.in_use, self.gate.in_use() as f64);
+        telemetry::set(&self.waiting, self.gate.waiting() as f64);
+        telemetry::set(&self.demand_avg, self.demand_at(now));
+    }
+
+    /// The hint for a refused caller: how long a slot is held on average, at least 1 ms;
+    /// 1 s before any slot came back.
+    pub(crate) fn retry_after(&self) -> Duration {
+        self.hold.get().map_or(Duration::from_secs(1), |avg| {
+            avg.max(Duration::from_millis(1))
+        })
+    }
+}
+
+/// A moving average of durations (weight 1/8), lock-free; lost updates under contention
+/// only make it a little older.
+#[derive(Debug, Default)]
+pub(crate) struct Average {
+    nanos: AtomicU64,
+}
+
+impl Average {
+    pub(crate) fn add(&self, sample: Duration) {
+        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let avg = self.nanos.load(Ordering::Relaxed);
+        let next = if avg == 0 {
+            sample
+        } else {
+            avg - avg / 8 + sample / 8
+        };
+        self.nanos.store(next.max(1), Ordering::Relaxed);
+    }
+
+    /// The average, `None` before the first sample.
+    pub(crate) fn get(&self) -> Option<Duration> {
+        match self.nanos.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+}
+
+/// Whole seconds, rounded up, at least 1: what `Retry-After` carries.
+pub(crate) fn whole_secs(hint: Duration) -> u64 {
+    let secs = hint.as_secs();
+    let secs = if hint.subsec_nanos() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    };
+    secs.max(1)
+}
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_round_up_to_whole_seconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(whole_secs(ms(0)), 1);
+        assert_eq!(whole_secs(ms(1)), 1);
+        assert_eq!(whole_secs(ms(1000)), 1);
+        assert_eq!(whole_secs(ms(1001)), 2);
+        assert_eq!(whole_secs(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn the_average_starts_at_the_first_sample_and_moves_by_an_eighth() {
+        let avg = Average::default();
+        assert_eq!(avg.get(), None);
+        avg.add(Duration::from_nanos(800));
+        assert_eq!(avg.get(), Some(Duration::from_nanos(800)));
+        avg.add(Duration::from_nanos(1600));
+        assert_eq!(avg.get(), Some(Duration::from_nanos(900)));
+    }
+}

@@ -1,0 +1,244 @@
+//! Exhaustive interleavings of the gate's races, under loom (see the [gate](super)'s docs).
+
+use super::*;
+use loom::sync::atomic::AtomicBool;
+use loom::thread;
+use std::task::Wake;
+
+/// A waker that remembers it was woken.
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn flag() -> (std::sync::Arc<Flag>, Waker) {
+    let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
+    (flag.clone(), Waker::from(flag))
+}
+
+/// A gate of one slot, held.
+fn held() -> Arc<Gate> {
+    let gate = Arc::new(Gate::new(1));
+    gate.try_acquire().unwrap();
+    gate
+}
+
+/// `release` of `gate` on another thread.
+fn spawn_release(gate: &Arc<Gate>) -> thread::JoinHandle<usize> {
+    let gate = gate.clone();
+    thread::spawn(move || gate.release())
+}
+
+/// One slot, held; `release` on another thread.
+fn held_gate() -> (Arc<Gate>, thread::JoinHandle<usize>) {
+    let gate = held();
+    let releaser = spawn_release(&gate);
+    (gate, releaser)
+}
+
+/// A newcomer tries, then queues, while the holder releases: it ends up with the slot,
+/// at once or by a grant; it is never left queued behind a free slot.
+#[test]
+fn release_races_a_newcomer() {
+    loom::model(|| {
+        let (gate, releaser) = held_gate();
+        let waiter = Waiter::new();
+        let acquired = match gate.try_acquire() {
+            Ok(()) => true,
+            Err(Refused::Saturated) => match gate.enqueue(&waiter) {
+                Enqueued::Acquired => true,
+                Enqueued::Queued => false,
+                Enqueued::Closed => unreachable!("nothing closes"),
+            },
+            Err(Refused::Closed) => unreachable!("nothing closes"),
+        };
+        releaser.join().unwrap();
+        if !acquired {
+            assert_eq!(waiter.state(), WaitState::Granted);
+        }
+        assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+    });
+}
+
+/// A queued waiter registers its waker while the slot is released to it: it sees the
+/// grant, or it is woken. No lost wake-up.
+#[test]
+fn grant_races_waker_registration() {
+    loom::model(|| {
+        let gate = held();
+        let waiter = Waiter::new();
+        assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+        let releaser = spawn_release(&gate);
+        let (woken, waker) = flag();
+        let seen = waiter.poll_state(&waker);
+        releaser.join().unwrap();
+        assert!(seen == WaitState::Granted || woken.0.load(Ordering::SeqCst));
+        assert_eq!(waiter.state(), WaitState::Granted);
+        assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+    });
+}
+
+/// A queued waiter gives up while the slot is released to it: the slot is passed on or
+/// returned, never lost.
+#[test]
+fn release_races_cancel() {
+    loom::model(|| {
+        let gate = held();
+        let waiter = Waiter::new();
+        assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+        let releaser = spawn_release(&gate);
+        // A waiter granted the slot meanwhile owns it and gives it back.
+        if gate.cancel(&waiter) {
+            gate.release();
+        }
+        releaser.join().unwrap();
+        assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+        assert_eq!(gate.try_acquire(), Ok(()));
+    });
+}
+
+/// A slot released while someone waits goes to the waiter, never to a concurrent
+/// `try_acquire`.
+#[test]
+fn try_acquire_never_overtakes_a_waiter() {
+    loom::model(|| {
+        let gate = held();
+        let waiter = Waiter::new();
+        assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+        let releaser = spawn_release(&gate);
+        assert_eq!(gate.try_acquire(), Err(Refused::Saturated));
+        releaser.join().unwrap();
+        assert_eq!(waiter.state(), WaitState::Granted);
+        assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+    });
+}
+
+/// Close, release and a new waiter, all at once: nobody is left waiting, the count of
+/// waiters returns to zero, and a granted waiter holds the only slot.
+#[test]
+fn close_races_release_and_enqueue() {
+    loom::model(|| {
+        let (gate, releaser) = held_gate();
+        let closer = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.close())
+        };
+        let waiter = Waiter::new();
+        let queued = gate.enqueue(&waiter);
+        releaser.join().unwrap();
+        assert!(closer.join().unwrap());
+        assert_eq!(gate.waiting(), 0);
+        match (queued, waiter.state()) {
+            (Enqueued::Queued, WaitState::Granted) | (Enqueued::Acquired, _) => {
+                assert_eq!(gate.in_use(), 1)
+            }
+            (Enqueued::Queued, WaitState::Closed) | (Enqueued::Closed, _) => {
+                assert_eq!(gate.in_use(), 0)
+            }
+            (Enqueued::Queued, WaitState::Waiting) => panic!("left waiting after close"),
+        }
+    });
+}
+
+// The waiter's side as `Run` and the tower layer drive it (`SlotWait`), against grant
+// and close at once.
+
+use super::wait::{Ended, SlotWait, Started};
+
+/// A queued `SlotWait` polls (registering its waker) while the slot is released to it
+/// and the gate closes: it sees its end or is woken, and whatever it ends with, the
+/// slot it may hold is given back exactly once, as `Run` does (`Granted` -> the job
+/// runs and releases; `ClosedHolding` -> released at once; `Closed` -> nothing).
+#[test]
+fn slot_wait_poll_races_grant_and_close() {
+    loom::model(|| {
+        let (gate, releaser) = held_gate();
+        let mut wait = SlotWait::new();
+        let queued = wait.start(&gate);
+        let closer = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.close())
+        };
+        let (woken, waker) = flag();
+        let polled = match queued {
+            Started::Queued => Some(wait.poll(&gate, &waker)),
+            _ => None,
+        };
+        releaser.join().unwrap();
+        assert!(closer.join().unwrap());
+        let ended = match (queued, polled) {
+            (Started::Acquired, _) => Some(Ended::Granted),
+            (Started::Closed, _) => None,
+            (Started::Queued, Some(std::task::Poll::Ready(ended))) => Some(ended),
+            (Started::Queued, _) => {
+                // Pending: it must have been woken, and a second look ends the wait.
+                assert!(
+                    woken.0.load(Ordering::SeqCst),
+                    "a queued waiter was not woken"
+                );
+                match wait.poll(&gate, &waker) {
+                    std::task::Poll::Ready(ended) => Some(ended),
+                    std::task::Poll::Pending => panic!("still waiting after close"),
+                }
+            }
+        };
+        if matches!(ended, Some(Ended::Granted | Ended::ClosedHolding)) {
+            gate.release();
+        }
+        assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+    });
+}
+
+/// A queued `SlotWait` gives up (`cancel`, as `Run`'s drop or expiry does) while the
+/// slot is released to it and the gate closes: the slot is given back exactly once and
+/// nothing stays queued.
+#[test]
+fn slot_wait_cancel_races_grant_and_close() {
+    loom::model(|| {
+        let (gate, releaser) = held_gate();
+        let mut wait = SlotWait::new();
+        let queued = wait.start(&gate);
+        let closer = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.close())
+        };
+        let holds = match queued {
+            Started::Acquired => true,
+            Started::Closed => false,
+            Started::Queued => wait.cancel(&gate),
+        };
+        if holds {
+            gate.release();
+        }
+        releaser.join().unwrap();
+        assert!(closer.join().unwrap());
+        assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+    });
+}
+
+/// Two queued waiters, the first gives up while the slot is released: the grant goes
+/// to the second (FIFO with withdrawal), never to nobody.
+#[test]
+fn cancel_of_the_first_waiter_passes_the_grant_on() {
+    loom::model(|| {
+        let gate = held();
+        let mut first = SlotWait::new();
+        let mut second = SlotWait::new();
+        assert_eq!(first.start(&gate), Started::Queued);
+        assert_eq!(second.start(&gate), Started::Queued);
+        let releaser = spawn_release(&gate);
+        if first.cancel(&gate) {
+            gate.release();
+        }
+        releaser.join().unwrap();
+        let (_woken, waker) = flag();
+        assert_eq!(
+            second.poll(&gate, &waker),
+            std::task::Poll::Ready(Ended::Granted)
+        );
+        assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+    });
+}

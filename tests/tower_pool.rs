@@ -1,0 +1,187 @@
+//! One gate from the HTTP edge to the worker thread: `AdmissionLayer::for_pool` admits
+//! requests on the pool's own slots, the handler runs its job on the request's slot, and a
+//! standalone layer emits a pool's admission series under its name. In process, on every
+//! executor: the layer's service is called directly, as a server would.
+#![cfg(feature = "tower")]
+
+mod common;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use common::{Latch, MapRecorder, hold};
+use http::{Request, Response, StatusCode};
+use loopguard::pool::{Job, Pool};
+use loopguard::telemetry::{POOL_CAPACITY, POOL_IN_USE, POOL_REJECTED_TOTAL, POOL_WAITING};
+use loopguard::tower::{AdmissionLayer, Slot};
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// A handler that runs a job on the request's slot and hands the `Job` out, so the test
+/// decides when it finishes (the job waits for a latch).
+#[derive(Clone)]
+struct OnSlot {
+    pool: Pool,
+    release: Latch,
+    jobs: Arc<Mutex<Vec<Job<()>>>>,
+    /// Whether each job was admitted: `Slot::try_run` succeeded.
+    ran: Arc<Mutex<Vec<bool>>>,
+    /// Jobs the handler starts per request.
+    per_request: usize,
+}
+
+impl Service<Request<()>> for OnSlot {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<()>) -> Self::Future {
+        let slot = request
+            .extensions()
+            .get::<Slot>()
+            .cloned()
+            .expect("admitted");
+        for _ in 0..self.per_request {
+            let release = self.release.clone();
+            let job = slot.try_run(&self.pool, move || release.wait());
+            self.ran.lock().unwrap().push(job.is_ok());
+            if let Ok(job) = job {
+                self.jobs.lock().unwrap().push(job);
+            }
+        }
+        Box::pin(async { Ok(Response::new("walked".to_string())) })
+    }
+}
+
+fn handler(pool: &Pool) -> OnSlot {
+    OnSlot {
+        pool: pool.clone(),
+        release: Latch::new(),
+        jobs: Arc::default(),
+        ran: Arc::default(),
+        per_request: 1,
+    }
+}
+
+on_every_executor! {
+    async fn a_pools_layer_admits_on_the_pools_own_slots_and_counts_its_refusals() {
+        let pool = Pool::builder().name("edge-pool").workers(1).build().unwrap();
+        let inner = handler(&pool);
+        let layer = AdmissionLayer::for_pool(&pool);
+        let mut service = layer.layer(inner.clone());
+
+        // Admitted on the pool's only slot; the job runs on that slot, no second admission.
+        let response = service.call(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(*inner.ran.lock().unwrap(), [true]);
+        assert_eq!((pool.in_use(), layer.in_use()), (1, 1), "one slot for request and job");
+
+        // The pool sees the request: a job of its own is refused, and so is a second request,
+        // counted as the pool's refusal.
+        assert!(pool.try_run(|| ()).unwrap_err().is_saturated());
+        let refused = service.call(Request::new(())).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(refused.headers().contains_key(http::header::RETRY_AFTER));
+        assert_eq!(pool.stats().rejected, 2);
+        assert_eq!(layer.rejected(), 2);
+
+        // The slot comes back when both the body and the job are done, whichever is last.
+        drop(response);
+        assert_eq!(pool.in_use(), 1, "the job still runs on the request's slot");
+        inner.release.open();
+        let job = inner.jobs.lock().unwrap().pop().unwrap();
+        job.await.unwrap();
+        pool.wait_idle().await;
+        assert_eq!((pool.in_use(), pool.waiting()), (0, 0));
+    }
+}
+
+on_every_executor! {
+    async fn a_slot_runs_one_job_at_a_time_and_a_second_goes_through_the_pool() {
+        // Two jobs from one request: the first on the request's slot, the second, with the
+        // slot busy, through `pool.try_run`: refused by a one-worker pool, admitted on the
+        // free slot of a two-worker one.
+        for (workers, second_admitted) in [(1, false), (2, true)] {
+            let pool = Pool::builder().name("edge-once").workers(workers).build().unwrap();
+            let layer = AdmissionLayer::for_pool(&pool);
+            let mut inner = handler(&pool);
+            inner.per_request = 2;
+            let mut service = layer.layer(inner.clone());
+            let response = service.call(Request::new(())).await.unwrap();
+            assert_eq!(*inner.ran.lock().unwrap(), [true, second_admitted]);
+            assert_eq!(pool.in_use(), workers);
+            inner.release.open();
+            let jobs: Vec<Job<()>> = inner.jobs.lock().unwrap().drain(..).collect();
+            for job in jobs {
+                job.await.unwrap();
+            }
+            drop(response);
+            pool.wait_idle().await;
+            assert_eq!(pool.in_use(), 0);
+        }
+    }
+}
+
+on_every_executor! {
+    async fn a_slot_of_another_pool_or_layer_runs_its_job_through_the_pool() {
+        let pool = Pool::builder().name("walks").workers(1).build().unwrap();
+        let layer = AdmissionLayer::new("edge-own", 1).unwrap();
+        let inner = handler(&pool);
+        let mut service = layer.layer(inner.clone());
+        let response = service.call(Request::new(())).await.unwrap();
+        // Not a pool slot: the job was admitted by the pool itself, on its own slot.
+        assert_eq!(*inner.ran.lock().unwrap(), [true]);
+        assert_eq!((layer.in_use(), pool.in_use()), (1, 1));
+        inner.release.open();
+        let job = inner.jobs.lock().unwrap().pop().unwrap();
+        job.await.unwrap();
+        pool.wait_idle().await;
+        assert_eq!(layer.in_use(), 1, "the body still holds the layer's slot");
+        drop(response);
+        layer.wait_idle().await;
+
+        // With the pool busy, the handler's job is refused: two limits that know nothing
+        // of each other, which is what `for_pool` avoids.
+        let release = Latch::new();
+        let busy = hold(&pool, &release);
+        let response = service.call(Request::new(())).await.unwrap();
+        assert_eq!(*inner.ran.lock().unwrap(), [true, false]);
+        drop(response);
+        release.open();
+        busy.await.unwrap();
+    }
+}
+
+#[test]
+fn a_standalone_layer_emits_a_pools_admission_series_under_its_name() {
+    let recorder = MapRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let layer = AdmissionLayer::new("edge", 1).unwrap();
+        let inner = handler(&Pool::builder().name("edge-walks").build().unwrap());
+        inner.release.open();
+        let mut service = layer.layer(inner);
+        futures_lite::future::block_on(async {
+            let held = service.call(Request::new(())).await.unwrap();
+            for _ in 0..3 {
+                let refused = service.call(Request::new(())).await.unwrap();
+                assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+            }
+            layer.publish_metrics();
+            let series = |name: &str| recorder.get(&format!("{name}{{pool=edge}}"));
+            assert_eq!(series(POOL_CAPACITY), Some(1.0f64.to_bits()));
+            assert_eq!(series(POOL_IN_USE), Some(1.0f64.to_bits()));
+            assert_eq!(series(POOL_WAITING), Some(0.0f64.to_bits()));
+            assert_eq!(series(POOL_REJECTED_TOTAL), Some(3));
+            drop(held);
+            layer.publish_metrics();
+            assert_eq!(series(POOL_IN_USE), Some(0.0f64.to_bits()));
+        });
+    });
+}
