@@ -29,6 +29,7 @@
 //! window. Windows of whole seconds divide into whole-nanosecond buckets.
 
 use std::fmt;
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -37,50 +38,14 @@ const BUCKETS: u64 = 64;
 /// Ring slots: the current, partial bucket plus `BUCKETS` older ones.
 const SLOTS: usize = BUCKETS as usize + 1;
 
-/// The window used by [`Demand::default`]: five seconds.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::demand::{Demand, DEFAULT_WINDOW};
-///
-/// assert_eq!(Demand::default().window(), DEFAULT_WINDOW);
-/// ```
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
+/// The window of [`Demand::default`] (and of every pool unless its builder sets one):
+/// five seconds.
+pub(crate) const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
 
-/// The error returned for a zero averaging window, or one longer than
-/// `u64::MAX` nanoseconds (about 584 years).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::demand::Demand;
-///
-/// let err = Demand::new(Duration::ZERO).unwrap_err();
-/// assert_eq!(err.to_string(), "demand window must be greater than zero");
-/// assert!(Demand::new(Duration::MAX).is_err());
-/// ```
+/// A zero averaging window, or one longer than `u64::MAX` nanoseconds (about 584 years).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InvalidWindow {
+pub(crate) struct InvalidWindow {
     window: Duration,
-}
-
-impl InvalidWindow {
-    /// The window that was rejected.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use loopguard::demand::Demand;
-    ///
-    /// let err = Demand::new(Duration::ZERO).unwrap_err();
-    /// assert_eq!(err.window(), Duration::ZERO);
-    /// ```
-    pub fn window(&self) -> Duration {
-        self.window
-    }
 }
 
 impl fmt::Display for InvalidWindow {
@@ -93,7 +58,11 @@ impl fmt::Display for InvalidWindow {
     }
 }
 
-impl std::error::Error for InvalidWindow {}
+impl From<InvalidWindow> for io::Error {
+    fn from(err: InvalidWindow) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, err.to_string())
+    }
+}
 
 /// One bucket of the ring: the exact integral of level × ns spent in it, and
 /// its tail: the level since the last change inside it, and when that was.
@@ -289,10 +258,13 @@ impl DemandCore {
 /// demand.add_at(t0 + Duration::from_secs(1), -3); // ...then four idle seconds
 /// let avg = demand.average_at(t0 + Duration::from_secs(5));
 /// assert!((avg - 0.6).abs() < 1e-9);
-/// # Ok::<(), loopguard::demand::InvalidWindow>(())
+/// # Ok::<(), std::io::Error>(())
 /// ```
+///
+/// Clones share one history: hand one to each task that adds to it.
+#[derive(Clone)]
 pub struct Demand {
-    core: Mutex<DemandCore>,
+    core: Arc<Mutex<DemandCore>>,
 }
 
 impl Demand {
@@ -300,7 +272,8 @@ impl Demand {
     ///
     /// # Errors
     ///
-    /// [`InvalidWindow`] if `window` is zero or too large to be used.
+    /// [`io::ErrorKind::InvalidInput`] if `window` is zero or longer than `u64::MAX`
+    /// nanoseconds (about 584 years).
     ///
     /// # Examples
     ///
@@ -310,17 +283,20 @@ impl Demand {
     ///
     /// let demand = Demand::new(Duration::from_secs(10))?;
     /// assert_eq!(demand.average(), 0.0);
-    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// let err = Demand::new(Duration::ZERO).unwrap_err();
+    /// assert_eq!(err.to_string(), "demand window must be greater than zero");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(window: Duration) -> Result<Self, InvalidWindow> {
+    pub fn new(window: Duration) -> io::Result<Self> {
         Self::new_at(window, Instant::now())
     }
 
-    /// Creates a tracker whose history starts at `start`.
+    /// Creates a tracker whose history starts at `start`: for deterministic tests, like
+    /// every `_at` method here (hidden from the docs; [`new`](Self::new) is the API).
     ///
     /// # Errors
     ///
-    /// [`InvalidWindow`] if `window` is zero or too large to be used.
+    /// As for [`new`](Self::new).
     ///
     /// # Examples
     ///
@@ -331,11 +307,12 @@ impl Demand {
     /// let t0 = Instant::now();
     /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
     /// assert_eq!(demand.average_at(t0), 0.0);
-    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new_at(window: Duration, start: Instant) -> Result<Self, InvalidWindow> {
+    #[doc(hidden)]
+    pub fn new_at(window: Duration, start: Instant) -> io::Result<Self> {
         Ok(Self {
-            core: Mutex::new(DemandCore::new(window, start)?),
+            core: Arc::new(Mutex::new(DemandCore::new(window, start)?)),
         })
     }
 
@@ -353,7 +330,7 @@ impl Demand {
     ///
     /// let demand = Demand::new(Duration::from_secs(30))?;
     /// assert_eq!(demand.window(), Duration::from_secs(30));
-    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn window(&self) -> Duration {
         self.lock().window()
@@ -387,6 +364,7 @@ impl Demand {
     /// demand.add_at(Instant::now(), -1); // misuse: stays at zero
     /// assert_eq!(demand.level(), 0);
     /// ```
+    #[doc(hidden)]
     pub fn add_at(&self, now: Instant, delta: isize) {
         self.lock().add_at(now, delta);
     }
@@ -432,14 +410,16 @@ impl Demand {
     /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
     /// demand.add_at(t0, 1);
     /// assert_eq!(demand.average_at(t0 + Duration::from_secs(60)), 1.0);
-    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
+    #[doc(hidden)]
     pub fn average_at(&self, now: Instant) -> f64 {
         let core = *self.lock();
         core.average_at(now)
     }
 
-    /// Adds one to the level now; the returned guard removes it when dropped.
+    /// Adds one to the level now; the returned guard removes it when dropped. The guard
+    /// owns a clone of this `Demand`, so it can move into a task or a thread.
     ///
     /// # Examples
     ///
@@ -447,84 +427,31 @@ impl Demand {
     /// use loopguard::demand::Demand;
     ///
     /// let demand = Demand::default();
-    /// {
-    ///     let _guard = demand.enter();
-    ///     assert_eq!(demand.level(), 1);
-    /// }
+    /// let guard = demand.enter();
+    /// assert_eq!(demand.level(), 1);
+    /// std::thread::spawn(move || drop(guard)).join().unwrap();
     /// assert_eq!(demand.level(), 0);
     /// ```
-    pub fn enter(&self) -> DemandGuard<'_> {
+    pub fn enter(&self) -> DemandGuard {
         self.enter_at(Instant::now())
     }
 
     /// Adds one to the level at `now`; see [`enter`](Self::enter).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use loopguard::demand::Demand;
-    ///
-    /// let t0 = Instant::now();
-    /// let demand = Demand::new_at(Duration::from_secs(5), t0)?;
-    /// demand.enter_at(t0).leave_at(t0 + Duration::from_secs(1));
-    /// assert_eq!(demand.average_at(t0 + Duration::from_secs(5)), 0.2);
-    /// # Ok::<(), loopguard::demand::InvalidWindow>(())
-    /// ```
-    pub fn enter_at(&self, now: Instant) -> DemandGuard<'_> {
+    #[doc(hidden)]
+    pub fn enter_at(&self, now: Instant) -> DemandGuard {
         self.add_at(now, 1);
         DemandGuard {
-            demand: self,
-            active: true,
-        }
-    }
-
-    /// Like [`enter`](Self::enter), but the guard owns an `Arc` so it can be
-    /// moved into a task or thread.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use loopguard::demand::Demand;
-    ///
-    /// let demand = Arc::new(Demand::default());
-    /// let guard = demand.enter_owned();
-    /// std::thread::spawn(move || drop(guard)).join().unwrap();
-    /// assert_eq!(demand.level(), 0);
-    /// ```
-    pub fn enter_owned(self: &Arc<Self>) -> OwnedDemandGuard {
-        self.enter_owned_at(Instant::now())
-    }
-
-    /// Like [`enter_owned`](Self::enter_owned), at `now`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::{sync::Arc, time::Instant};
-    /// use loopguard::demand::Demand;
-    ///
-    /// let demand = Arc::new(Demand::default());
-    /// let guard = demand.enter_owned_at(Instant::now());
-    /// assert_eq!(demand.level(), 1);
-    /// guard.leave_at(Instant::now());
-    /// assert_eq!(demand.level(), 0);
-    /// ```
-    pub fn enter_owned_at(self: &Arc<Self>, now: Instant) -> OwnedDemandGuard {
-        self.add_at(now, 1);
-        OwnedDemandGuard {
-            demand: Arc::clone(self),
+            demand: self.clone(),
             active: true,
         }
     }
 }
 
 impl Default for Demand {
-    /// A tracker with the [`DEFAULT_WINDOW`] of five seconds, starting now.
+    /// A tracker with a window of five seconds, starting now.
     fn default() -> Self {
         Self {
-            core: Mutex::new(DemandCore::with_default_window(Instant::now())),
+            core: Arc::new(Mutex::new(DemandCore::with_default_window(Instant::now()))),
         }
     }
 }
@@ -539,8 +466,8 @@ impl fmt::Debug for Demand {
     }
 }
 
-/// Holds one unit of [`Demand`]; dropping it (on release, error, cancellation
-/// or panic) removes that unit. Created by [`Demand::enter`].
+/// Holds one unit of [`Demand`]; dropping it (on release, error, cancellation or panic)
+/// removes that unit. Created by [`Demand::enter`]; `Send + 'static`.
 ///
 /// # Examples
 ///
@@ -553,31 +480,21 @@ impl fmt::Debug for Demand {
 /// assert_eq!(demand.level(), 0);
 /// ```
 #[must_use = "the demand is removed as soon as the guard is dropped"]
-pub struct DemandGuard<'a> {
-    demand: &'a Demand,
+pub struct DemandGuard {
+    demand: Demand,
     active: bool,
 }
 
-impl DemandGuard<'_> {
-    /// Removes the unit at `now` instead of at drop time.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Instant;
-    /// use loopguard::demand::Demand;
-    ///
-    /// let demand = Demand::default();
-    /// demand.enter().leave_at(Instant::now());
-    /// assert_eq!(demand.level(), 0);
-    /// ```
+impl DemandGuard {
+    /// Removes the unit at `now` instead of at drop time (for deterministic tests).
+    #[doc(hidden)]
     pub fn leave_at(mut self, now: Instant) {
         self.active = false;
         self.demand.add_at(now, -1);
     }
 }
 
-impl Drop for DemandGuard<'_> {
+impl Drop for DemandGuard {
     fn drop(&mut self) {
         if self.active {
             self.demand.add(-1);
@@ -585,66 +502,10 @@ impl Drop for DemandGuard<'_> {
     }
 }
 
-impl fmt::Debug for DemandGuard<'_> {
+impl fmt::Debug for DemandGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DemandGuard")
-            .field("demand", self.demand)
-            .finish()
-    }
-}
-
-/// An owned [`DemandGuard`] holding an `Arc<Demand>`; `Send + 'static`.
-/// Created by [`Demand::enter_owned`].
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use loopguard::demand::Demand;
-///
-/// let demand = Arc::new(Demand::default());
-/// let guard = demand.enter_owned();
-/// assert_eq!(demand.level(), 1);
-/// drop(guard);
-/// assert_eq!(demand.level(), 0);
-/// ```
-#[must_use = "the demand is removed as soon as the guard is dropped"]
-pub struct OwnedDemandGuard {
-    demand: Arc<Demand>,
-    active: bool,
-}
-
-impl OwnedDemandGuard {
-    /// Removes the unit at `now` instead of at drop time.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::{sync::Arc, time::Instant};
-    /// use loopguard::demand::Demand;
-    ///
-    /// let demand = Arc::new(Demand::default());
-    /// demand.enter_owned().leave_at(Instant::now());
-    /// assert_eq!(demand.level(), 0);
-    /// ```
-    pub fn leave_at(mut self, now: Instant) {
-        self.active = false;
-        self.demand.add_at(now, -1);
-    }
-}
-
-impl Drop for OwnedDemandGuard {
-    fn drop(&mut self) {
-        if self.active {
-            self.demand.add(-1);
-        }
-    }
-}
-
-impl fmt::Debug for OwnedDemandGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OwnedDemandGuard")
-            .field("demand", &*self.demand)
+            .field("demand", &self.demand)
             .finish()
     }
 }

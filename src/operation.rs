@@ -77,6 +77,7 @@ use crate::telemetry::{
 /// assert_eq!(Outcome::ALL.len(), 4);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The operation did what it was asked in time.
     Success,
@@ -355,7 +356,7 @@ impl Operation {
     /// assert_eq!(out, Err(Expired)); // recorded as `deadline`
     /// # });
     /// ```
-    pub fn measure<F>(&self, future: F) -> Measured<F, fn(&F::Output) -> Outcome>
+    pub fn measure<F>(&self, future: F) -> Measure<F, fn(&F::Output) -> Outcome>
     where
         F: Future,
         F::Output: Classify,
@@ -383,12 +384,12 @@ impl Operation {
     /// assert_eq!(found, Some(7));
     /// # });
     /// ```
-    pub fn measure_with<F, C>(&self, future: F, classify: C) -> Measured<F, C>
+    pub fn measure_with<F, C>(&self, future: F, classify: C) -> Measure<F, C>
     where
         F: Future,
         C: FnOnce(&F::Output) -> Outcome,
     {
-        Measured {
+        Measure {
             guard: self.start(),
             classify: Some(classify),
             future,
@@ -497,18 +498,18 @@ pin_project_lite::pin_project! {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::operation::Measured;
+    /// use loopguard::operation::Measure;
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
     /// let op = Operation::new("ping");
-    /// let fut: Measured<_, _> = op.measure(async { Outcome::Success });
+    /// let fut: Measure<_, _> = op.measure(async { Outcome::Success });
     /// println!("{fut:?}");
     /// assert_eq!(fut.await, Outcome::Success);
     /// # });
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct Measured<F, C> {
+    pub struct Measure<F, C> {
         guard: Guard,
         classify: Option<C>,
         #[pin]
@@ -516,15 +517,15 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, C> fmt::Debug for Measured<F, C> {
+impl<F, C> fmt::Debug for Measure<F, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Measured")
+        f.debug_struct("Measure")
             .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }
 
-impl<F, C> Future for Measured<F, C>
+impl<F, C> Future for Measure<F, C>
 where
     F: Future,
     C: FnOnce(&F::Output) -> Outcome,
@@ -533,10 +534,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        assert!(
-            this.classify.is_some(),
-            "`Measured` polled after completion"
-        );
+        assert!(this.classify.is_some(), "`Measure` polled after completion");
         let output = futures_lite::ready!(this.future.poll(cx));
         if let Some(classify) = this.classify.take() {
             let outcome = classify(&output);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{MapRecorder, assert_close};
 use futures_lite::future;
-use loopguard::keyed::{Acquire, Busy, ConfigError, KeyPermit, KeyedGate};
+use loopguard::keyed::{Acquire, Busy, KeyPermit, KeyedGate};
 use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
 
 #[test]
@@ -164,12 +164,13 @@ fn bad_configuration_is_an_error() {
         .capacity(0)
         .build()
         .unwrap_err();
-    assert_eq!(zero, ConfigError::ZeroCapacity);
+    assert_eq!(zero.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(zero.to_string(), "key capacity must be at least one");
     let zero_override = KeyedGate::builder("x")
         .capacity_for(1u8, 0)
         .build()
         .unwrap_err();
-    assert_eq!(zero_override, ConfigError::ZeroCapacity);
+    assert_eq!(zero_override.kind(), std::io::ErrorKind::InvalidInput);
     let window = KeyedGate::<u8>::builder("x")
         .window(Duration::ZERO)
         .build()

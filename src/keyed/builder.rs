@@ -1,22 +1,24 @@
-//! The builder of a [`KeyedGate`] and its configuration error.
+//! The builder of a [`KeyedGate`].
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
+use std::io;
 use std::time::{Duration, Instant};
 
 use super::KeyedGate;
-use crate::demand::{DemandCore, InvalidWindow};
+use crate::demand::DemandCore;
 
 /// Configures a [`KeyedGate`]; made by [`KeyedGate::builder`].
 ///
 /// # Examples
 ///
 /// ```
-/// use loopguard::keyed::{ConfigError, KeyedGate};
+/// use loopguard::keyed::KeyedGate;
 ///
 /// let err = KeyedGate::<u32>::builder("repos").capacity(0).build().unwrap_err();
-/// assert_eq!(err, ConfigError::ZeroCapacity);
+/// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+/// assert_eq!(err.to_string(), "key capacity must be at least one");
 /// ```
 pub struct KeyedGateBuilder<K> {
     pub(super) name: String,
@@ -33,7 +35,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// ```
     /// let gate = loopguard::keyed::KeyedGate::builder("repos").capacity(3).build()?;
     /// # let _: &loopguard::keyed::KeyedGate<u8> = &gate;
-    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn capacity(mut self, slots: usize) -> Self {
         self.capacity = slots;
@@ -48,7 +50,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// let gate = loopguard::keyed::KeyedGate::builder("repos").capacity_for("big", 2).build()?;
     /// let _a = gate.try_acquire("big").unwrap();
     /// assert!(gate.try_acquire("big").is_ok());
-    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn capacity_for(mut self, key: K, slots: usize) -> Self {
         self.overrides.insert(key, slots);
@@ -65,7 +67,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// let gate = loopguard::keyed::KeyedGate::<u8>::builder("repos")
     ///     .window(Duration::from_secs(60))
     ///     .build()?;
-    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
@@ -76,7 +78,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] if a capacity is zero or the window is invalid.
+    /// [`io::ErrorKind::InvalidInput`] if a capacity is zero or the window is zero or too
+    /// large (the same style as [`PoolBuilder::build`](crate::pool::PoolBuilder::build)).
     ///
     /// # Examples
     ///
@@ -86,11 +89,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     ///
     /// assert!(KeyedGate::<u8>::builder("repos").window(Duration::ZERO).build().is_err());
     /// ```
-    pub fn build(self) -> Result<KeyedGate<K>, ConfigError> {
+    pub fn build(self) -> io::Result<KeyedGate<K>> {
         if self.capacity == 0 || self.overrides.values().any(|&slots| slots == 0) {
-            return Err(ConfigError::ZeroCapacity);
+            let message = "key capacity must be at least one";
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         }
-        let proto = DemandCore::new(self.window, Instant::now()).map_err(ConfigError::Window)?;
+        let proto = DemandCore::new(self.window, Instant::now())?;
         Ok(KeyedGate::from_parts(
             &self.name,
             self.capacity,
@@ -110,33 +114,3 @@ impl<K> fmt::Debug for KeyedGateBuilder<K> {
             .finish()
     }
 }
-
-/// An invalid [`KeyedGate`] configuration.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::keyed::{ConfigError, KeyedGate};
-///
-/// let err = KeyedGate::<u8>::builder("repos").capacity(0).build().unwrap_err();
-/// assert_eq!(err.to_string(), "key capacity must be at least one");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A per-key capacity (default or override) was zero.
-    ZeroCapacity,
-    /// The demand window was zero or too large.
-    Window(InvalidWindow),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZeroCapacity => f.write_str("key capacity must be at least one"),
-            Self::Window(err) => err.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}

@@ -60,7 +60,7 @@ use crate::telemetry::{
 mod builder;
 mod permit;
 
-pub use builder::{ConfigError, KeyedGateBuilder};
+pub use builder::KeyedGateBuilder;
 use permit::AcquireState;
 pub use permit::{Acquire, Busy, KeyPermit};
 

@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::demand::{DEFAULT_WINDOW, Demand, InvalidWindow};
+use crate::demand::{DEFAULT_WINDOW, Demand};
 use crate::gate::MAX_CAPACITY;
 use crate::orphan::OrphanHandler;
 
@@ -241,7 +241,7 @@ impl PoolBuilder {
 
     pub(crate) fn validated_demand(&self) -> io::Result<Demand> {
         Demand::new(self.demand_window)
-            .map_err(|err: InvalidWindow| invalid(format!("invalid demand window: {err}")))
+            .map_err(|err| invalid(format!("invalid demand window: {err}")))
     }
 
     pub(crate) fn validated_stuck_after(&self) -> io::Result<Option<Duration>> {

@@ -65,7 +65,7 @@ pub use self::error::{RefreshError, RefreshStats, Served};
 use self::flight::{CacheCore, Flight, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The runner of one async collection, handed to the spawner given to
 /// [`RefreshBuilder::spawned`]. Spawn it and detach it.

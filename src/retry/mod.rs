@@ -18,9 +18,14 @@
 //! A failure your rule retries is consumed by the retry: the rule saw it, and only the last
 //! attempt's failure is returned (in [`RetryError`]). That includes a failure a loopguard
 //! hand-off gave an attempt (a [`Job`](crate::pool::Job) that panicked): retried, it is not
-//! reported to an orphan handler. A failure that ends the retry is returned, even past the
-//! deadline; a *success* that lands after the deadline is refused (the retry ends with
-//! [`RetryError::Deadline`]).
+//! reported to an orphan handler. An output an attempt produces (a success or a failure)
+//! is returned, even when the deadline passed during that poll: `Retry` starts nothing
+//! after expiry and cuts its sleeps, and it never drops an output, because it cannot tell
+//! whether a success carries a failure. To refuse a result that lands after the deadline,
+//! run the attempt's work through a hand-off that owns the late rule
+//! ([`Pool::run_within`](crate::pool::Pool::run_within) or
+//! [`Pool::try_run_within`](crate::pool::Pool::try_run_within)): it refuses a late success
+//! and reports a refused failure exactly once.
 //!
 //! # Examples
 //!
@@ -55,7 +60,7 @@ use std::time::Duration;
 
 use futures_lite::ready;
 
-use crate::deadline::{Deadline, Expired, Sleep, Within};
+use crate::deadline::{self, Deadline, Expired, Sleep};
 
 /// Whether a pause of `after` from now would end at or after `deadline`.
 fn ends_past(deadline: Deadline, after: Duration) -> bool {
@@ -293,13 +298,13 @@ impl<P> Retry<P> {
     /// assert!(matches!(result, Err(RetryError::Exhausted { attempts: 2, .. })));
     /// # });
     /// ```
-    pub fn run<T, E, F, Fut>(&self, deadline: Deadline, attempt: F) -> RetryFuture<F, Fut, P, E>
+    pub fn run<T, E, F, Fut>(&self, deadline: Deadline, attempt: F) -> Run<F, Fut, P, E>
     where
         P: ShouldRetry<E> + Clone,
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        RetryFuture {
+        Run {
             policy: self.clone(),
             deadline,
             make: attempt,
@@ -341,6 +346,7 @@ pub struct Success<T> {
 /// assert_eq!(e.to_string(), "attempt timed out");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AttemptError<E> {
     /// The attempt returned an error.
     Failed(E),
@@ -381,6 +387,7 @@ impl<E: Error + 'static> Error for AttemptError<E> {
 /// assert_eq!(e.to_string(), "deadline expired after 2 attempts");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RetryError<E> {
     /// The deadline passed: before an attempt could start, during a pause, or while an
     /// attempt ran (a result that came at or after the deadline is dropped).
@@ -500,7 +507,7 @@ pin_project_lite::pin_project! {
     ///
     /// ```
     /// use loopguard::deadline::Deadline;
-    /// use loopguard::retry::{Retry, RetryFuture};
+    /// use loopguard::retry::{Retry, Run};
     ///
     /// # futures_lite::future::block_on(async {
     /// let policy = Retry::new();
@@ -510,7 +517,7 @@ pin_project_lite::pin_project! {
     /// # });
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct RetryFuture<F, Fut, P, E> {
+    pub struct Run<F, Fut, P, E> {
         policy: Retry<P>,
         deadline: Deadline,
         make: F,
@@ -519,7 +526,7 @@ pin_project_lite::pin_project! {
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
-        attempt: Option<Within<Fut>>,
+        attempt: Option<deadline::Run<Fut>>,
     }
 }
 
@@ -531,7 +538,7 @@ fn deadline_error<E>(last: &mut Option<AttemptError<E>>, attempts: u32) -> Retry
     }
 }
 
-impl<F, Fut, P, E> fmt::Debug for RetryFuture<F, Fut, P, E> {
+impl<F, Fut, P, E> fmt::Debug for Run<F, Fut, P, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = if self.done {
             "done"
@@ -542,7 +549,7 @@ impl<F, Fut, P, E> fmt::Debug for RetryFuture<F, Fut, P, E> {
         } else {
             "idle"
         };
-        f.debug_struct("RetryFuture")
+        f.debug_struct("Run")
             .field("policy", &self.policy)
             .field("deadline", &self.deadline)
             .field("attempts", &self.started)
@@ -551,7 +558,7 @@ impl<F, Fut, P, E> fmt::Debug for RetryFuture<F, Fut, P, E> {
     }
 }
 
-impl<F, Fut, P, T, E> Future for RetryFuture<F, Fut, P, E>
+impl<F, Fut, P, T, E> Future for Run<F, Fut, P, E>
 where
     F: FnMut(u32) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -561,7 +568,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        assert!(!*this.done, "`RetryFuture` polled after completion");
+        assert!(!*this.done, "`Run` polled after completion");
         let deadline = *this.deadline;
         let outcome = loop {
             if let Some(running) = this.attempt.as_mut().as_pin_mut() {
@@ -570,13 +577,11 @@ where
                 let n = *this.started;
                 let mut hint = None;
                 let failure = match result {
-                    // A success that lands after the deadline is too late: refused, and
-                    // dropped with its `Drop` contained. A late `Err` is still returned,
-                    // inside the error, so no failure is dropped on the way out.
-                    Ok(Ok(value)) if deadline.is_expired() => {
-                        crate::sync::drop_contained("a refused late output", value);
-                        break Err(deadline_error(this.last, n));
-                    }
+                    // An output the attempt produced is returned, as `Deadline::run` returns
+                    // it: `Retry` cannot tell whether a success carries a failure (a job's
+                    // `Err` inside `T`), so it never drops one. Lateness is judged by the
+                    // hand-off inside the attempt (`Pool::run_within`, `try_run_within`),
+                    // which refuses a late success and reports a refused failure.
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
                         break Err(RetryError::NotRetryable { attempts: n, error });

@@ -89,6 +89,7 @@ impl<E, F: Fn(&E) -> bool> ShouldRetry<E> for F {
 /// assert_eq!(decision, Decision::RetryAfter(Duration::from_secs(1)));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Decision {
     /// Not worth another attempt: the retry ends with
     /// [`RetryError::NotRetryable`](super::RetryError::NotRetryable).

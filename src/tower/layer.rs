@@ -235,7 +235,7 @@ where
     ///     tenant.unwrap_or_default()
     /// });
     /// assert_eq!(layer.gate().name(), "tenants");
-    /// # Ok::<(), loopguard::keyed::ConfigError>(())
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn keyed(gate: KeyedGate<K>, key: F) -> AdmissionLayer<Keyed<K, F>> {
         AdmissionLayer::with_mode(Keyed::new(gate, key))

@@ -15,7 +15,7 @@ use super::layer::AdmissionConfig;
 use super::mode::{AdmitOutcome, Mode};
 use super::refuse::refusal;
 use super::slot::Slot;
-use crate::deadline::{Deadline, DeadlineTimer, Within, poll_timer};
+use crate::deadline::{Deadline, DeadlineTimer, Run, poll_timer};
 
 /// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
 /// admitted through the layer's gate before the inner service sees it.
@@ -189,7 +189,7 @@ impl<S, M: Mode> Admission<S, M> {
 /// A request waiting in line, then for its service's readiness (boxed: the other states
 /// stay small).
 struct WaitingRequest<S, ReqB, M: Mode> {
-    wait: Within<M::Wait>,
+    wait: Run<M::Wait>,
     /// The slot, once granted, while the service gets ready.
     permit: Option<M::Permit>,
     /// The deadline's timer while the service gets ready.
@@ -276,7 +276,7 @@ where
                 ResponseStateProj::Waiting { line } => {
                     if line.permit.is_none() {
                         // A poll that starts past the deadline drops the wait (a slot
-                        // granted meanwhile passes on): `Within`'s rule.
+                        // granted meanwhile passes on): `Run`'s rule.
                         match std::task::ready!(Pin::new(&mut line.wait).poll(cx)) {
                             Ok(Some(permit)) => line.permit = Some(permit),
                             Ok(None) | Err(_) => {

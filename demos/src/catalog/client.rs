@@ -15,7 +15,7 @@ use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Uri, header};
 use loopguard::deadline::Deadline;
-use loopguard::operation::{Classify, Measured, Operation, Outcome};
+use loopguard::operation::{Classify, Measure, Operation, Outcome};
 use loopguard::retry::{Backoff, Decide, Decision, Retry, RetryError};
 use smol_hyper::rt::FuturesIo;
 
@@ -238,7 +238,7 @@ impl Client {
     pub fn get(
         &self,
         path: &str,
-    ) -> Measured<
+    ) -> Measure<
         impl Future<Output = CatalogResult> + Send + 'static + use<>,
         fn(&CatalogResult) -> Outcome,
     > {
@@ -252,7 +252,7 @@ impl Client {
         &self,
         path: &str,
         budget: Duration,
-    ) -> Measured<
+    ) -> Measure<
         impl Future<Output = CatalogResult> + Send + 'static + use<>,
         fn(&CatalogResult) -> Outcome,
     > {
