@@ -1,8 +1,7 @@
-//! The stuck monitor's arithmetic. `stuck_after` accepts any positive duration
-//! (`validated_stuck_after` only refuses zero), and `monitor::watch` computes
-//! `workers.start_of(stamp) + threshold` with `Instant + Duration`, which panics on
-//! overflow (src/pool/monitor.rs:101; DESIGN.md's known trap: "use checked arithmetic").
-//! With `stuck_after(Duration::MAX)` the first job kills the monitor thread.
+//! The stuck monitor's arithmetic: `stuck_after` accepts any positive duration, so the
+//! instant a job becomes stuck (its start plus the threshold) may not fit in an `Instant`.
+//! The monitor must use checked arithmetic (a job that can never be stuck in time is never
+//! reported) and keep running: `stuck_after(Duration::MAX)` must not kill its thread.
 
 use std::time::{Duration, Instant};
 
