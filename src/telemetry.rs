@@ -434,9 +434,13 @@ impl Counted {
 
     /// Tells the recorder about every event counted with [`count`](Counted::count) and not
     /// emitted yet, in one call: for hot paths that only count.
+    ///
+    /// Flushes race (a worker at each job's end, the loop publishing gauges): the mark of
+    /// what was emitted only moves forward (`fetch_max`), so a stale flush emits nothing
+    /// and no event is emitted twice.
     pub(crate) fn flush(&self) {
         let counted = self.value.load(Ordering::Relaxed);
-        let before = self.emitted.swap(counted, Ordering::Relaxed);
+        let before = self.emitted.fetch_max(counted, Ordering::Relaxed);
         if counted > before {
             contain("the metrics recorder", || {
                 self.metric.increment(counted - before)
@@ -463,4 +467,41 @@ pub(crate) fn set(gauge: &Gauge, value: f64) {
 /// Records a duration in seconds, contained.
 pub(crate) fn record(histogram: &Histogram, value: Duration) {
     contain("the metrics recorder", || histogram.record(value));
+}
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Racing flushes emit every counted event exactly once: with a mark that could move
+    /// backwards (a `swap`), a stale flush let a later one emit the same events again.
+    #[test]
+    fn racing_flushes_emit_each_event_once() {
+        for _trial in 0..200 {
+            let total = Arc::new(AtomicU64::new(0));
+            let counted = Arc::new(Counted::new(Counter::from_arc(total.clone())));
+            let barrier = Arc::new(std::sync::Barrier::new(4));
+            let threads: Vec<_> = (0..4)
+                .map(|_| {
+                    let (counted, barrier) = (counted.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        for i in 0..2_000 {
+                            counted.count();
+                            if i % 3 == 0 {
+                                counted.flush();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                thread.join().unwrap();
+            }
+            counted.flush();
+            assert_eq!(counted.get(), 8_000);
+            assert_eq!(total.load(Ordering::Relaxed), 8_000, "emitted != counted");
+        }
+    }
 }
