@@ -1,7 +1,8 @@
-//! The late-output rule composed with `Retry`: nothing starts after expiry, and an output
-//! an attempt produces is returned (an `Err` inside the error), never dropped. A hand-off
-//! inside an attempt (`Pool::run_within`) owns the late rule: a success landing after the
-//! deadline is refused there, and a refused failure is reported, exactly once.
+//! The late-output rule composed with `Retry`: nothing starts after expiry, an attempt's
+//! `Err` that lands after the deadline is returned inside the error (never dropped), and a
+//! success that lands after it is refused. A hand-off inside an attempt
+//! (`Pool::run_within`) refuses what lands late there and reports a refused failure:
+//! exactly once either way.
 //!
 //! The deadline passes *inside* one poll here (the point of these tests): the output is
 //! taken, then the poll spins until the deadline is behind it. Everything else is ordered
@@ -79,11 +80,9 @@ fn retry_returns_a_failure_that_lands_at_its_deadline_and_starts_nothing_after()
     }
 }
 
-/// A success that lands in the poll the deadline passes in is returned: `Retry` cannot tell
-/// a success from a failure carried inside `T`, so it drops no output (the hand-off inside
-/// an attempt judges lateness: the last test here).
+/// A success that lands in the poll the deadline passes in is refused by `Retry`.
 #[test]
-fn retry_returns_a_success_that_lands_in_the_poll_its_deadline_passes_in() {
+fn retry_refuses_a_success_that_lands_at_its_deadline() {
     let pool = one_worker(OrphanHandler::log());
     for round in 0..ROUNDS {
         let job = pool.try_run(|| 7_u8).unwrap();
@@ -99,10 +98,16 @@ fn retry_returns_a_success_that_lands_in_the_poll_its_deadline_passes_in() {
                     deadline,
                 }),
         ));
-        match out {
-            Ok(success) => assert_eq!((success.value, success.attempts), (7, 1)),
-            other => panic!("round {round}: the output must be returned, got {other:?}"),
-        }
+        assert!(
+            matches!(
+                out,
+                Err(RetryError::Deadline {
+                    attempts: 1,
+                    last: None
+                })
+            ),
+            "round {round}: a late success must be refused, got {out:?}"
+        );
     }
 }
 
@@ -134,13 +139,22 @@ fn a_fallible_err_through_run_within_in_an_attempt_is_returned_or_reported_once(
             LIMIT,
             Retry::new().attempts(1).run(deadline, move |_| {
                 let release = release.take().expect("one attempt");
-                attempt_pool.run_within(
+                let walk = attempt_pool.run_within(
                     deadline,
                     Fallible(move || {
                         release.wait();
                         Err::<u8, _>("late err")
                     }),
-                )
+                );
+                // The job's failure is the attempt's error: a late one is returned, not
+                // dropped as a late success would be.
+                async move {
+                    match walk.await {
+                        Ok(Ok(value)) => Ok(value),
+                        Ok(Err(err)) => Err(err.to_string()),
+                        Err(run) => Err(run.to_string()),
+                    }
+                }
             }),
         ));
         opener_thread.join().unwrap();
@@ -149,7 +163,7 @@ fn a_fallible_err_through_run_within_in_an_attempt_is_returned_or_reported_once(
             // A loaded machine polled the retry first after its deadline: nothing started.
             continue;
         }
-        let returned = matches!(out, Ok(ref s) if s.value == Err("late err"));
+        let returned = matches!(&out, Err(e) if e.error().is_some_and(|e| e == "late err"));
         let reported = std::mem::take(&mut *seen.lock().unwrap()).len();
         match (returned, reported) {
             (true, 0) => {}

@@ -132,12 +132,12 @@ fn close_races_release_and_enqueue() {
         assert!(closer.join().unwrap());
         assert_eq!(gate.waiting(), 0);
         match (queued, waiter.state()) {
-            (Enqueued::Queued, WaitState::Granted) | (Enqueued::Acquired, _) => {
-                assert_eq!(gate.in_use(), 1)
-            }
+            (Enqueued::Acquired, _) => assert_eq!(gate.in_use(), 1),
             (Enqueued::Queued, WaitState::Closed) | (Enqueued::Closed, _) => {
                 assert_eq!(gate.in_use(), 0)
             }
+            // A slot granted to a waiter that never claimed it is taken back by close.
+            (Enqueued::Queued, WaitState::Granted) => panic!("an unclaimed grant survived close"),
             (Enqueued::Queued, WaitState::Waiting) => panic!("left waiting after close"),
         }
     });
@@ -240,5 +240,32 @@ fn cancel_of_the_first_waiter_passes_the_grant_on() {
             std::task::Poll::Ready(Ended::Granted)
         );
         assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+    });
+}
+
+/// A granted waiter claims its slot while the gate closes: exactly one of them gets the
+/// slot (the owner holds it and gives it back, or the closer takes it back), never both,
+/// never neither.
+#[test]
+fn claim_races_close() {
+    loom::model(|| {
+        let gate = held();
+        let waiter = Waiter::new();
+        assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
+        gate.release();
+        assert_eq!(waiter.state(), WaitState::Granted);
+        let closer = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.close())
+        };
+        let claimed = gate.claim(&waiter);
+        assert!(closer.join().unwrap());
+        if claimed {
+            assert_eq!(gate.in_use(), 1);
+            gate.release();
+        } else {
+            assert_eq!(waiter.state(), WaitState::Closed);
+        }
+        assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
     });
 }

@@ -71,8 +71,11 @@ pub(crate) enum Refused {
 }
 
 const WAITING: u8 = 0;
+/// Handed a slot, not yet seen by its owner: `close` may still take the slot back.
 const GRANTED: u8 = 1;
 const CLOSED_OUT: u8 = 2;
+/// Handed a slot, and its owner took it ([`Gate::claim`]): the owner releases it.
+const CLAIMED: u8 = 3;
 
 /// A queued waiter. The state only changes under the gate's queue lock.
 #[derive(Debug)]
@@ -122,7 +125,7 @@ impl Waiter {
 
     pub(crate) fn state(&self) -> WaitState {
         match self.state.load(Ordering::Acquire) {
-            GRANTED => WaitState::Granted,
+            GRANTED | CLAIMED => WaitState::Granted,
             CLOSED_OUT => WaitState::Closed,
             _ => WaitState::Waiting,
         }
@@ -136,6 +139,24 @@ impl Waiter {
     fn set(&self, state: u8) -> Option<Waker> {
         self.state.store(state, Ordering::Release);
         lock(&self.waker).take()
+    }
+}
+
+/// The waiters, under the gate's one lock.
+#[derive(Debug, Default)]
+struct Queue {
+    /// In line, oldest first.
+    waiting: VecDeque<Arc<Waiter>>,
+    /// Handed a slot that their owner has not claimed yet: a closing gate takes those slots
+    /// back, so a waiter that is never polled again cannot hold one for ever.
+    granted: Vec<Arc<Waiter>>,
+}
+
+impl Queue {
+    fn unlist_granted(&mut self, waiter: &Arc<Waiter>) {
+        if let Some(at) = self.granted.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+            self.granted.swap_remove(at);
+        }
     }
 }
 
@@ -154,7 +175,7 @@ pub(crate) enum Enqueued {
 pub(crate) struct Gate {
     word: AtomicU64,
     capacity: u64,
-    queue: Mutex<VecDeque<Arc<Waiter>>>,
+    queue: Mutex<Queue>,
 }
 
 impl Gate {
@@ -163,7 +184,7 @@ impl Gate {
         Gate {
             word: AtomicU64::new(0),
             capacity: capacity as u64,
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
         }
     }
 
@@ -225,7 +246,7 @@ impl Gate {
             {
                 Ok(_) if free => return Enqueued::Acquired,
                 Ok(_) => {
-                    queue.push_back(waiter.clone());
+                    queue.waiting.push_back(waiter.clone());
                     return Enqueued::Queued;
                 }
                 Err(actual) => word = actual,
@@ -251,10 +272,12 @@ impl Gate {
         }
         let (waker, in_use) = {
             let mut queue = lock(&self.queue);
-            match queue.pop_front() {
+            match queue.waiting.pop_front() {
                 Some(waiter) => {
                     let prev = self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
-                    (waiter.set(GRANTED), (prev & IN_USE_MASK) as usize)
+                    let waker = waiter.set(GRANTED);
+                    queue.granted.push(waiter);
+                    (waker, (prev & IN_USE_MASK) as usize)
                 }
                 None => {
                     // The waiter we saw left before we got the lock.
@@ -269,25 +292,46 @@ impl Gate {
         in_use
     }
 
+    /// The owner of a waiter that saw [`WaitState::Granted`] takes its slot. Returns
+    /// `false` if the gate closed first and took the slot back (the owner holds nothing).
+    pub(crate) fn claim(&self, waiter: &Arc<Waiter>) -> bool {
+        let mut queue = lock(&self.queue);
+        match waiter.state.load(Ordering::Acquire) {
+            GRANTED => {
+                waiter.state.store(CLAIMED, Ordering::Release);
+                queue.unlist_granted(waiter);
+                true
+            }
+            CLAIMED => true,
+            _ => false,
+        }
+    }
+
     /// Withdraws a waiter that gives up. Returns `true` if it had been granted a slot
     /// meanwhile: the caller then owns that slot and must [`release`](Gate::release) it.
     pub(crate) fn cancel(&self, waiter: &Arc<Waiter>) -> bool {
         let mut queue = lock(&self.queue);
-        match waiter.state() {
-            WaitState::Granted => true,
-            WaitState::Closed => false,
-            WaitState::Waiting => {
-                if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, waiter)) {
-                    queue.remove(at);
+        match waiter.state.load(Ordering::Acquire) {
+            GRANTED => {
+                waiter.state.store(CLAIMED, Ordering::Release);
+                queue.unlist_granted(waiter);
+                true
+            }
+            WAITING => {
+                if let Some(at) = queue.waiting.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+                    queue.waiting.remove(at);
                     self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
                 }
                 false
             }
+            // Closed out: nothing held. Claimed: its owner releases it (never cancelled).
+            _ => false,
         }
     }
 
-    /// Closes the gate: nothing is admitted any more and every queued waiter is told.
-    /// Returns whether this call closed it.
+    /// Closes the gate: nothing is admitted any more, every queued waiter is told, and a
+    /// slot granted to a waiter that has not claimed it yet is taken back (that waiter is
+    /// told the gate closed). Returns whether this call closed it.
     pub(crate) fn close(&self) -> bool {
         let wakers: Vec<Waker> = {
             let mut queue = lock(&self.queue);
@@ -295,13 +339,17 @@ impl Gate {
             if prev & CLOSED != 0 {
                 return false;
             }
-            queue
-                .drain(..)
-                .filter_map(|waiter| {
-                    self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
-                    waiter.set(CLOSED_OUT)
-                })
-                .collect()
+            let queue = &mut *queue;
+            let mut wakers = Vec::with_capacity(queue.waiting.len());
+            for waiter in queue.waiting.drain(..) {
+                self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
+                wakers.extend(waiter.set(CLOSED_OUT));
+            }
+            for waiter in queue.granted.drain(..) {
+                self.word.fetch_sub(IN_USE_ONE, Ordering::AcqRel);
+                wakers.extend(waiter.set(CLOSED_OUT));
+            }
+            wakers
         };
         for waker in wakers {
             wake(waker);

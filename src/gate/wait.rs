@@ -78,7 +78,9 @@ impl SlotWait {
         };
         let ended = match waiter.poll_state(waker) {
             WaitState::Waiting => return Poll::Pending,
-            // Closing fails waiters; one granted a slot just before holds it.
+            // The slot is ours once claimed; a gate that closed first took it back.
+            WaitState::Granted if !gate.claim(waiter) => Ended::Closed,
+            // Closing fails waiters; one that claimed its slot just before holds it.
             WaitState::Granted if gate.is_closed() => Ended::ClosedHolding,
             WaitState::Granted => Ended::Granted,
             WaitState::Closed => Ended::Closed,

@@ -96,6 +96,10 @@ impl Core {
         let closed = self.limit.gate.close();
         if closed {
             self.workers.wake_all();
+            // Closing may have taken back the slots of waiters granted but never polled.
+            if self.limit.gate.in_use() == 0 {
+                self.limit.notify_idle();
+            }
         }
         closed
     }
@@ -112,6 +116,15 @@ impl Core {
             // The thread has done its last step; joining only collects it.
             let _ = handle.join();
         }
+    }
+
+    /// Whether the calling thread is one of this pool's (a worker or the monitor): such a
+    /// thread, running a job or a handler, cannot wait for the pool's threads to exit.
+    pub(crate) fn on_own_thread(&self) -> bool {
+        let me = std::thread::current().id();
+        lock(&self.threads)
+            .iter()
+            .any(|handle| handle.thread().id() == me)
     }
 
     /// A thread is about to start; `worker` says whether it is a worker.

@@ -531,6 +531,13 @@ impl Pool {
     /// Closes the pool, waits until every worker thread has finished its jobs and exited,
     /// and joins the threads.
     ///
+    /// A waiter that was granted a slot but is never polled again (its task was dropped
+    /// with a stopped executor) does not hold up the shutdown: closing takes that slot back.
+    ///
+    /// Called from one of the pool's own threads (inside a job, or an orphan handler that
+    /// runs on a worker or the stuck monitor), it closes the pool and returns at once
+    /// without waiting: a thread cannot wait for itself to exit.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future leaves the pool closed and the threads finishing.
@@ -549,6 +556,11 @@ impl Pool {
     /// ```
     pub async fn shutdown(&self) {
         self.core().close();
+        // A job or a handler on one of this pool's threads cannot wait for that thread to
+        // exit: closing is all it can do.
+        if self.core().on_own_thread() {
+            return;
+        }
         self.core().wait_exited().await;
     }
 }

@@ -18,14 +18,15 @@
 //! A failure your rule retries is consumed by the retry: the rule saw it, and only the last
 //! attempt's failure is returned (in [`RetryError`]). That includes a failure a loopguard
 //! hand-off gave an attempt (a [`Job`](crate::pool::Job) that panicked): retried, it is not
-//! reported to an orphan handler. An output an attempt produces (a success or a failure)
-//! is returned, even when the deadline passed during that poll: `Retry` starts nothing
-//! after expiry and cuts its sleeps, and it never drops an output, because it cannot tell
-//! whether a success carries a failure. To refuse a result that lands after the deadline,
-//! run the attempt's work through a hand-off that owns the late rule
-//! ([`Pool::run_within`](crate::pool::Pool::run_within) or
-//! [`Pool::try_run_within`](crate::pool::Pool::try_run_within)): it refuses a late success
-//! and reports a refused failure exactly once.
+//! reported to an orphan handler. A failure that ends the retry is returned, even past the
+//! deadline; a *success* that lands after the deadline is refused (the retry ends with
+//! [`RetryError::Deadline`]) and dropped.
+//!
+//! So an attempt must say "failed" with its `Err`: a failure carried inside a success (a
+//! [`Fallible`](crate::Fallible) job's `Err` in `Ok(Err(e))`) is a success to `Retry`,
+//! and dropped with it when late. Map it into the attempt's error, as the example of
+//! [`Retry::run`] does with a job's outcome; a hand-off inside the attempt
+//! ([`Pool::run_within`](crate::pool::Pool::run_within)) reports what *it* refuses.
 //!
 //! # Examples
 //!
@@ -296,6 +297,18 @@ impl<P> Retry<P> {
     ///     .run(Deadline::after(Duration::from_secs(1)), |_| async { Err::<(), _>("down") })
     ///     .await;
     /// assert!(matches!(result, Err(RetryError::Exhausted { attempts: 2, .. })));
+    ///
+    /// // A pool job as the attempt: its failure (a panic, or a `Fallible` job's `Err`) is
+    /// // the attempt's error, so a late one is returned rather than dropped.
+    /// let pool = loopguard::pool::Pool::builder().build().unwrap();
+    /// let deadline = Deadline::after(Duration::from_secs(1));
+    /// let rows = Retry::new()
+    ///     .run(deadline, |_| {
+    ///         let walk = pool.run_within(deadline, loopguard::Fallible(|| Ok::<u32, String>(7)));
+    ///         async move { walk.await.map_err(|e| e.to_string())? }
+    ///     })
+    ///     .await;
+    /// assert_eq!(rows.unwrap().value, 7);
     /// # });
     /// ```
     pub fn run<T, E, F, Fut>(&self, deadline: Deadline, attempt: F) -> Run<F, Fut, P, E>
@@ -577,11 +590,13 @@ where
                 let n = *this.started;
                 let mut hint = None;
                 let failure = match result {
-                    // An output the attempt produced is returned, as `Deadline::run` returns
-                    // it: `Retry` cannot tell whether a success carries a failure (a job's
-                    // `Err` inside `T`), so it never drops one. Lateness is judged by the
-                    // hand-off inside the attempt (`Pool::run_within`, `try_run_within`),
-                    // which refuses a late success and reports a refused failure.
+                    // A success that lands after the deadline is too late: refused, and
+                    // dropped with its `Drop` contained. A late `Err` is still returned,
+                    // inside the error: no failure of an attempt is dropped on the way out.
+                    Ok(Ok(value)) if deadline.is_expired() => {
+                        crate::sync::drop_contained("a refused late output", value);
+                        break Err(deadline_error(this.last, n));
+                    }
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
                     Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
                         break Err(RetryError::NotRetryable { attempts: n, error });
