@@ -20,7 +20,7 @@ if ! command -v haproxy >/dev/null 2>&1; then
         exit 1
     fi
 fi
-haproxy -v | head -1 >&2
+haproxy -v | sed -n 1p >&2  # sed reads it all: no SIGPIPE under pipefail
 
 export PYTHONDONTWRITEBYTECODE=1
 # A hard bound on top of replicas.py's own watchdog; SIGTERM first, so it kills its children.
