@@ -213,10 +213,9 @@ async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
 
 /// The answer to a scrape whose budget ran out: `504`, never `503`, and no `Retry-After`.
 ///
-/// A `503` + `Retry-After` says "no slot was free, nothing started": another replica may
-/// serve it, and a proxy's retry on `503` is harmless there. A spent budget is different:
-/// the walk started, goes on holding its slot, and another attempt elsewhere starts a second
-/// walk as long as the first that meets the same budget. Proxies choose retries by status
+/// A `503` + `Retry-After` says "no slot was free, nothing started". A spent budget is
+/// different: the walk started and goes on holding its slot, and another attempt elsewhere
+/// starts a second walk, as long as the first, that meets the same budget. Proxies choose retries by status
 /// (Istio/Envoy `retryOn`, HAProxy `retry-on`, nginx `proxy_next_upstream`), not by
 /// headers, so only a status of its own keeps them from retrying it; `504` ("no timely
 /// answer from what this server was waiting on", here its worker) is the one that fits and
