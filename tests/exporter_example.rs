@@ -196,6 +196,45 @@ fn a_saturated_pool_answers_503_with_retry_after_at_once() {
     assert!(page.contains("rejected: 2"), "{page}");
 }
 
+/// A spent budget is not a refusal: 504 without `Retry-After` (a proxy retrying 503s leaves it
+/// alone), while its walk keeps the slot, so the next scrape is refused with 503 +
+/// `Retry-After`. Both ways a scrape can run out: its own walk, and a wait on the cache's.
+#[test]
+fn a_scrape_out_of_budget_gets_504_not_the_503_of_a_refusal() {
+    for cache in [&[][..], &["--cache-ttl-ms", "60000"][..]] {
+        let mut args = vec![
+            "--workers",
+            "1",
+            "--series",
+            "100",
+            "--walk-delay-ms",
+            "1500",
+        ];
+        args.extend_from_slice(cache);
+        let exporter = Exporter::start(&args);
+        // 0.7 s less the 500 ms offset: a 200 ms budget, far below the 1.5 s walk.
+        let began = Instant::now();
+        let late = exporter.get(
+            "/metrics",
+            &[("X-Prometheus-Scrape-Timeout-Seconds", "0.7")],
+        );
+        let waited = began.elapsed();
+        assert_eq!(late.status, 504, "{cache:?}: {}", late.text());
+        assert_eq!(late.header("retry-after"), None, "{cache:?}");
+        assert!(late.text().contains("budget spent"), "{cache:?}");
+        assert!(
+            waited < Duration::from_millis(1_200),
+            "{cache:?}: {waited:?}"
+        );
+        if cache.is_empty() {
+            // The walk goes on and holds the only slot: a refusal, told apart by its status.
+            let refused = exporter.get("/metrics", &[]);
+            assert_eq!(refused.status, 503, "{}", refused.text());
+            assert!(refused.header("retry-after").is_some());
+        }
+    }
+}
+
 #[test]
 fn a_gzip_scrape_decompresses_to_the_same_series_as_a_plain_one() {
     let exporter = Exporter::start(&["--series", "500"]);

@@ -7,8 +7,9 @@
   Those models ignore unknown fields, so each document must also survive a round trip
   unchanged: a misspelt field (perTryTimout) is dropped by the model and caught here.
 - The contracts between the files: the ones ops/README.md explains (selectors that match,
-  a mesh that never gives up before the exporter's budget, no ejection for 503s, a retry
-  budget, a scaler on the refused-load-aware signal with selectors, behavior and fallback).
+  a mesh that never gives up before the exporter's budget, least-request balancing stated,
+  retries only on connection failures (never on a 503 refusal or a 504 spent budget), no
+  ejection for 503s, a retry budget, a scaler on the refused-load-aware signal with selectors, behavior and fallback).
 
 Run from the repository root with the venv of .ci/ops/setup.sh:
 `target/ops-venv/bin/python .ci/ops/check_manifests.py`. Ends with
@@ -144,9 +145,16 @@ def contracts(docs):
     check(per_try >= budget + 1, f"perTryTimeout {per_try}s exceeds the exporter's budget {budget}s by 1 s or more")
     check(total >= per_try * (1 + retries["attempts"]), f"route timeout {total}s leaves every attempt its perTryTimeout")
     check(1 <= retries["attempts"] <= 2, f"retries are bounded ({retries['attempts']})")
-    check("503" in retries["retryOn"].split(","), "a 503 (a saturated replica) is retried on another one")
+    retry_on = set(retries["retryOn"].split(","))
+    # .ci/ops/replicas.sh: retrying 503s on a saturated fleet adds load and serves no more;
+    # a 504 is a spent budget whose walk goes on. `5xx`, `gateway-error` and
+    # `retriable-status-codes` (Istio's default list holds 503) would retry them.
+    never = {"503", "504", "5xx", "gateway-error", "retriable-status-codes"}
+    check(not retry_on & never, f"no retry on a refusal (503) or a spent budget (504): {sorted(retry_on)}")
+    check("connect-failure" in retry_on, "a replica that cannot be reached (restarting) is retried on another one")
     check(route["route"][0]["destination"]["host"] == service["metadata"]["name"] == dest["spec"]["host"], "mesh rules name the Service")
     policy = dest["spec"]["trafficPolicy"]
+    check(policy.get("loadBalancer", {}).get("simple") == "LEAST_REQUEST", "least-request balancing, stated")
     max_retries = policy.get("connectionPool", {}).get("http", {}).get("maxRetries")
     check(max_retries is not None and 1 <= max_retries <= 10, f"the DestinationRule has a retry budget (maxRetries {max_retries})")
     outlier = policy.get("outlierDetection", {})

@@ -21,8 +21,8 @@ the rules changes; promtool's unit tests (ops/prometheus/tests) run them unscale
   offered-load recording (and the KEDA query of ops/kubernetes, verbatim) reads at least
   1.5 x capacity while loopguard_pool_demand_avg stays at capacity; the scaling and
   rejection alerts go pending.
-- long walk: walks of 2.5 s, a job whose budget is 0.5 s: every one of its scrapes gets 503
-  at the budget, below its timeout, and a patient job sees the orphaned walks still holding
+- long walk: walks of 2.5 s, a job whose budget is 0.5 s: every one of its scrapes gets 504
+  (not a refusal's 503) at the budget, below its timeout, and a patient job sees the orphaned walks still holding
   their slots (oldest job older than the budget, in_use) and finishing (mean job time).
 - coalesced: --cache-ttl-ms 1000 and 6 jobs: every job up at every scrape, about one walk
   per TTL (loopguard_refresh_runs_total).
@@ -460,7 +460,7 @@ def long_walk(binary):
         check(0.45 <= fastest and slowest < 1.0,
               f"tight scrapes answered at the 0.5 s budget: {fastest:.3f}..{slowest:.3f} s, timeout 1 s")
         errors = [t["lastError"] for t in prom.api("targets")["activeTargets"] if t["labels"]["job"] == "tight"]
-        check(errors and "503" in errors[0], f"tight got 503: {errors}")
+        check(errors and "504" in errors[0], f"tight got 504 (budget spent), not 503: {errors}")
         oldest = prom.scalar(f'min_over_time(loopguard_pool_oldest_job_seconds{{job="patient"}}[{w}])')
         in_use = prom.scalar(f'min_over_time(loopguard_pool_in_use{{job="patient"}}[{w}])')
         check(oldest >= 0.9, f"at every patient scrape a walk older than the budget holds its slot: oldest {oldest:.2f} s")

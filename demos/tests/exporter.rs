@@ -121,7 +121,7 @@ fn a_storm_is_refused_with_503_while_exactly_workers_walks_run() {
 }
 
 #[test]
-fn a_scrape_out_of_budget_gets_503_and_its_walk_keeps_the_slot() {
+fn a_scrape_out_of_budget_gets_504_and_its_walk_keeps_the_slot() {
     let (held, registry) = Held::registry(&[WalkKind::Scrape]);
     let exporter = start(config(1), registry);
     run(async {
@@ -135,11 +135,13 @@ fn a_scrape_out_of_budget_gets_503_and_its_walk_keeps_the_slot() {
         .await
         .unwrap();
         let waited = began.elapsed();
-        assert_eq!(late.status, 503, "{}", late.text());
+        // 504, not the 503 of a refusal: a proxy retrying 503s must not retry it.
+        assert_eq!(late.status, 504, "{}", late.text());
         assert!(late.text().contains("budget"));
+        assert!(late.header("retry-after").is_none());
         assert!(
             waited >= Duration::from_millis(190) && waited < Duration::from_secs(5),
-            "503 near the 200 ms budget, got it after {waited:?}"
+            "504 near the 200 ms budget, got it after {waited:?}"
         );
         assert_eq!(held.held(), 1, "the walk is still running");
         assert_eq!(exporter.shared().pool().in_use(), 1, "and keeps its slot");

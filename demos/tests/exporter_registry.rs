@@ -160,11 +160,11 @@ fn the_earliest_caller_budget_wins_envoy_s_included() {
             let began = Instant::now();
             let late = client::get(addr, "/metrics", &headers).await.unwrap();
             let waited = began.elapsed();
-            assert_eq!(late.status, 503, "{headers:?}: {}", late.text());
+            assert_eq!(late.status, 504, "{headers:?}: {}", late.text());
             assert!(late.text().contains("budget"));
             assert!(
                 waited >= Duration::from_millis(190) && waited < Duration::from_secs(5),
-                "{headers:?}: 503 after {waited:?}, budget 200 ms"
+                "{headers:?}: 504 after {waited:?}, budget 200 ms"
             );
         }
         latch.open();

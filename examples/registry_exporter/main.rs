@@ -11,9 +11,9 @@
 //! keeps connection floods from locking scrapers out). `/metrics` renders the registry
 //! (`--series` gauges, some kept moving) on the pool, gzip-compressed there if asked, or
 //! answers 503 + `Retry-After` at once when no slot is free. Its budget is the earliest of
-//! `--scrape-budget-ms` and the caller's own budgets, less the offset; past it: 503, and the
-//! walk keeps its slot until it ends. `/` shows the pool's stats, `/healthz` never touches
-//! the pool, and a background cardinality walk waits its turn.
+//! `--scrape-budget-ms` and the caller's own budgets, less the offset; past it: 504 (see
+//! [`budget_spent`]), and the walk keeps its slot until it ends. `/` shows the pool's stats,
+//! `/healthz` never touches the pool, and a background cardinality walk waits its turn.
 
 mod cli;
 mod http;
@@ -173,6 +173,7 @@ async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
         Some(cache) => match cache.get(deadline).await {
             Ok((_, zipped)) if gzip => zipped,
             Ok((plain, _)) => plain,
+            Err(err) if err.is_expired() => return budget_spent(),
             Err(err) => return reply(503, format!("no registry walk in time: {err}\n")),
         },
         None => {
@@ -187,7 +188,7 @@ async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
                     Ok(Ok(Ok(body))) => body,
                     Ok(Ok(Err(err))) => return reply(500, format!("walk failed: {err}\n")),
                     Ok(Err(panic)) => return reply(500, format!("walk failed: {panic}\n")),
-                    Err(_) => return reply(503, "budget spent; the walk goes on\n"),
+                    Err(_) => return budget_spent(),
                 },
                 Err(TryRunError::Saturated(busy)) => {
                     let mut response = reply(503, "every registry-serve worker is busy\n");
@@ -208,6 +209,20 @@ async fn metrics(app: &App, deadline: Deadline, gzip: bool) -> Reply {
         headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     response
+}
+
+/// The answer to a scrape whose budget ran out: `504`, never `503`, and no `Retry-After`.
+///
+/// A `503` + `Retry-After` says "no slot was free, nothing started". A spent budget is
+/// different: the walk started and goes on holding its slot, and another attempt elsewhere
+/// starts a second walk, as long as the first, that meets the same budget. Proxies choose retries by status
+/// (Istio/Envoy `retryOn`, HAProxy `retry-on`, nginx `proxy_next_upstream`), not by
+/// headers, so only a status of its own keeps them from retrying it; `504` ("no timely
+/// answer from what this server was waiting on", here its worker) is the one that fits and
+/// is outside every shipped retry list (`ops/`). Prometheus fails the scrape either way, and
+/// its target page tells the two apart: 503 saturated, 504 walk longer than the budget.
+fn budget_spent() -> Reply {
+    reply(504, "budget spent; the walk goes on\n")
 }
 
 /// Keeps some values moving (1 % every 100 ms) and runs the recorder's upkeep every 5 s.

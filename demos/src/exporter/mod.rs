@@ -11,8 +11,9 @@
 //! when the scrape asks for it, run in one of four [`Mode`]s:
 //!
 //! - [`Mode::Loopguard`]: a `Pool` named `registry-serve`; HTTP handlers use `try_run` and
-//!   answer 503 + `Retry-After` at once when no slot is free, the cardinality walk waits with
-//!   `run`;
+//!   answer 503 + `Retry-After` at once when no slot is free, 504 when the scrape's budget
+//!   runs out first (its walk goes on; a proxy must not retry it), the cardinality walk
+//!   waits with `run`;
 //! - [`Mode::LoopguardCoalesced`]: as above, but `/metrics` goes through a `Refresh` named
 //!   `registry` on that pool, so concurrent scrapes share one walk;
 //! - [`Mode::Unbounded`]: `blocking::unblock` (`smol::unblock`) for every walk, the baseline

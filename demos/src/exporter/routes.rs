@@ -213,8 +213,11 @@ fn busy(retry_after_secs: u64, pool: &str, what: &str) -> Reply {
 fn walk_failed(walked: Walked<impl Sized>, pool: &str, what: &str) -> Reply {
     match walked {
         Walked::Busy(secs) => busy(secs, pool, what),
+        // Not 503: the walk started and goes on holding its slot, so a proxy that retries
+        // 503s elsewhere would start a second walk that meets the same budget. Proxies pick
+        // retries by status, so a status of its own (outside every shipped retry list).
         Walked::Expired => text(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::GATEWAY_TIMEOUT,
             format!("{what}: the budget ran out before the registry walk finished\n"),
         ),
         Walked::Failed(message) => text(
