@@ -57,6 +57,7 @@ use std::time::Instant;
 use ::metrics::{Gauge, Histogram, SharedString};
 
 use crate::deadline::Expired;
+use crate::pool::{RunError, WithinError};
 use crate::retry::RetryError;
 use crate::sync::contain;
 
@@ -204,6 +205,28 @@ impl<E> Classify for RetryError<E> {
             Outcome::Deadline
         } else {
             Outcome::Error
+        }
+    }
+}
+
+/// [`Outcome::Deadline`] when the job's deadline passed, [`Outcome::Error`] otherwise (a
+/// panic, a closed pool): `op.measure(pool.run_within(deadline, job))` just works.
+impl Classify for RunError {
+    fn outcome(&self) -> Outcome {
+        match self {
+            RunError::Expired(_) => Outcome::Deadline,
+            _ => Outcome::Error,
+        }
+    }
+}
+
+/// [`Outcome::Deadline`] when the deadline passed, [`Outcome::Error`] otherwise: a
+/// refusal (`Saturated`, with its `Retry-After`) is an error of this operation.
+impl<W> Classify for WithinError<W> {
+    fn outcome(&self) -> Outcome {
+        match self {
+            WithinError::Expired => Outcome::Deadline,
+            _ => Outcome::Error,
         }
     }
 }

@@ -331,3 +331,32 @@ fn manual_guard_records_once() {
     assert_eq!(counts(&op), [0, 1, 1, 0]);
     assert_eq!(in_flight(&op), 0.0);
 }
+
+/// `op.measure(pool.run_within(..))` and `op.measure(pool.try_run_within(..))`, the shapes
+/// the README's Operations section describes, compile and record the right outcome.
+#[test]
+fn a_pools_deadline_futures_are_measured_by_their_outcome() {
+    use loopguard::deadline::Deadline;
+    use loopguard::operation::{Classify, Outcome};
+    use loopguard::pool::{Pool, RunError, WithinError};
+
+    let pool = Pool::builder().workers(1).build().unwrap();
+    futures_lite::future::block_on(async {
+        let ok = pool.run_within(Deadline::never(), || 1_u8).await;
+        assert_eq!(ok.outcome(), Outcome::Success);
+        let late: Result<u8, RunError> = Err(RunError::Expired(loopguard::deadline::Expired));
+        assert_eq!(late.outcome(), Outcome::Deadline);
+        assert_eq!(Err::<u8, _>(RunError::Closed).outcome(), Outcome::Error);
+        let spent = pool
+            .try_run_within(Deadline::at(std::time::Instant::now()), || 2_u8)
+            .await;
+        assert!(matches!(spent, Err(WithinError::Expired)));
+        assert_eq!(spent.outcome(), Outcome::Deadline);
+        // Measured whole, as the README's Operations section shows.
+        let op = loopguard::operation::Operation::new("walk");
+        let walked = op.measure(pool.run_within(Deadline::never(), || 3_u8)).await;
+        assert_eq!(walked, Ok(3));
+        let refused = op.measure(pool.try_run_within(Deadline::never(), || 4_u8)).await;
+        assert_eq!(refused.ok(), Some(4));
+    });
+}
