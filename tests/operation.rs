@@ -354,11 +354,15 @@ fn a_pools_deadline_futures_are_measured_by_their_outcome() {
         assert_eq!(spent.outcome(), Outcome::Deadline);
         // Measured whole, as the README's Operations section shows.
         let op = loopguard::operation::Operation::new("walk");
-        let walked = op.measure(pool.run_within(Deadline::never(), || 3_u8)).await;
+        let walked = op
+            .measure(pool.run_within(Deadline::never(), || 3_u8))
+            .await;
         assert_eq!(walked, Ok(3));
         // The slot comes back just after the outcome is delivered.
         pool.wait_idle().await;
-        let admitted = op.measure(pool.try_run_within(Deadline::never(), || 4_u8)).await;
+        let admitted = op
+            .measure(pool.try_run_within(Deadline::never(), || 4_u8))
+            .await;
         assert_eq!(admitted.ok(), Some(4));
     });
 }

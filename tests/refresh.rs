@@ -492,3 +492,75 @@ on_every_executor! {
         assert_eq!(runs.load(Ordering::SeqCst), 1, "the dropped one never ran");
     }
 }
+
+/// A cached value whose `Drop` panics.
+struct Bomb {
+    n: u32,
+    armed: bool,
+}
+
+impl Clone for Bomb {
+    /// Callers get harmless copies; only the instance the cache keeps is armed.
+    fn clone(&self) -> Bomb {
+        Bomb {
+            n: self.n,
+            armed: false,
+        }
+    }
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.armed {
+            panic!("expected boom: a cached value's Drop");
+        }
+    }
+}
+
+/// A new collection replaces a cached value whose `Drop` panics: the joiners of the new
+/// collection are still woken (with `Deadline::never()` they would otherwise wait for
+/// ever), the run is counted as ok, and nothing is reported as panicked.
+#[test]
+fn a_replaced_cached_value_whose_drop_panics_loses_nothing() {
+    common::quiet_expected_panics();
+    let (handler, seen) = common::recording();
+    let pool = Pool::builder()
+        .workers(1)
+        .on_orphan(handler)
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let second = Latch::new();
+    let (r, gate) = (runs.clone(), second.clone());
+    let cache: Refresh<Bomb, String> =
+        Refresh::builder("bombs")
+            .ttl(Duration::ZERO)
+            .on_pool(&pool, move || {
+                let n = r.fetch_add(1, Ordering::SeqCst) as u32 + 1;
+                if n == 2 {
+                    gate.wait();
+                }
+                Ok(Bomb { n, armed: n == 1 })
+            });
+    futures_lite::future::block_on(bounded(Duration::from_secs(30), async {
+        assert_eq!(cache.get(Deadline::never()).await.unwrap().n, 1);
+        pool.wait_idle().await;
+        // The second collection waits for the latch; a joiner waits for it with no deadline.
+        let mut starter = Box::pin(cache.get(Deadline::never()));
+        assert!(poll_once(&mut starter).await.is_none());
+        let mut joiner = Box::pin(cache.get(Deadline::never()));
+        assert!(poll_once(&mut joiner).await.is_none());
+        second.open();
+        assert_eq!(starter.await.unwrap().n, 2);
+        assert_eq!(joiner.await.unwrap().n, 2);
+        pool.wait_idle().await;
+    }));
+    let stats = cache.stats();
+    assert_eq!((stats.runs_ok, stats.runs_error), (2, 0));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    drop(cache);
+}

@@ -18,7 +18,7 @@ use futures_lite::FutureExt;
 
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
-use crate::sync::{lock, panic_message};
+use crate::sync::{drop_contained, lock, panic_message};
 use crate::telemetry::{Counted, RunOutcome};
 
 /// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
@@ -132,7 +132,9 @@ pub(crate) struct Flight<T, E> {
 impl<T, E> Flight<T, E> {
     fn complete(self, started: Instant, result: Result<T, Failure<E>>) {
         let ok = result.is_ok();
-        {
+        // The outcome this one replaces: its `Drop` is user code, run after the lock, the
+        // count and the wake-ups, contained.
+        let (replaced_value, replaced_failure) = {
             let mut state = lock(&self.core.state);
             if state.in_flight == Some(self.generation) {
                 state.in_flight = None;
@@ -140,21 +142,23 @@ impl<T, E> Flight<T, E> {
             let generation = self.generation;
             match result {
                 Ok(value) => {
-                    state.success = Some(Done {
+                    let done = Done {
                         generation,
                         started,
                         value,
-                    })
+                    };
+                    (state.success.replace(done), None)
                 }
                 Err(value) => {
-                    state.failure = Some(Done {
+                    let done = Done {
                         generation,
                         started,
                         value,
-                    })
+                    };
+                    (None, state.failure.replace(done))
                 }
             }
-        }
+        };
         let run = &self.core.counters.runs[if ok {
             RunOutcome::Ok
         } else {
@@ -164,6 +168,8 @@ impl<T, E> Flight<T, E> {
         self.core.event.notify_all();
         // The recorder is user code: it hears of the run once the waiters are woken.
         run.emit();
+        drop_contained("a replaced cached value's Drop", replaced_value);
+        drop_contained("a replaced cached failure's Drop", replaced_failure);
         // Dropped here: the flight is no longer marked, so `Drop` gives nothing up.
     }
 }
