@@ -171,3 +171,63 @@ fn a_keyed_request_that_waits_is_not_counted_as_refused() {
         drop(first);
     }));
 }
+
+/// Ready only once `open` is set.
+#[derive(Clone)]
+struct Gated {
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Service<Request<()>> for Gated {
+    type Response = Response<&'static str>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Ok(Response::new("late")))
+    }
+}
+
+#[test]
+fn a_waiter_whose_service_gets_ready_only_after_its_deadline_is_refused() {
+    block_on(bounded(WATCHDOG, async {
+        let budget = Duration::from_millis(100);
+        let layer = AdmissionLayer::new("late-ready", 1)
+            .unwrap()
+            .wait_within_deadline()
+            .deadline_from_headers(budget, Duration::ZERO);
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut service = layer.layer(Gated { open: open.clone() });
+        let first = service.call(get("/")).await.unwrap();
+
+        // A request waits in line; the inner service then stops being ready.
+        let mut waiting = Box::pin(service.call(get("/")));
+        // After `call`, which fixed the request's deadline: `start + budget` is past it.
+        let start = Instant::now();
+        assert!(poll_once(&mut waiting).await.is_none());
+        open.store(false, std::sync::atomic::Ordering::SeqCst);
+        // Admitted when the body is dropped; it then waits for its service's readiness.
+        drop(first);
+        assert!(poll_once(&mut waiting).await.is_none());
+        // The deadline passes; only then does the service become ready.
+        while start.elapsed() < budget {
+            std::hint::spin_loop();
+        }
+        open.store(true, std::sync::atomic::Ordering::SeqCst);
+        let answer = waiting.await.unwrap();
+        assert_eq!(
+            answer.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "served after its deadline"
+        );
+        assert_eq!(layer.in_use(), 0, "the slot went back");
+    }));
+}
