@@ -15,7 +15,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -84,25 +84,10 @@ fn poll_with<F: Future + ?Sized>(fut: Pin<&mut F>, waker: &Waker) -> Poll<F::Out
     fut.poll(&mut Context::from_waker(waker))
 }
 
-/// Runs `test` on a thread of its own and fails if it does not finish in time: a waker
-/// dropped under a lock it re-locks hangs for ever.
+/// Runs `test` under the shared watchdog, with expected panics kept quiet.
 fn watchdog(test: impl FnOnce() + Send + 'static) {
     quiet_expected_panics();
-    let (done, finished) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(WATCHDOG) {
-        Ok(()) => thread.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The test panicked: surface its panic.
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("deadlocked: not done in {WATCHDOG:?}"),
-    }
+    common::watchdog(WATCHDOG, test);
 }
 
 /// A pool's view, read from inside a waker: every read takes the gate's or the core's

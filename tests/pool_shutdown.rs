@@ -17,22 +17,9 @@ use loopguard::pool::{Pool, RunError};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 
-/// Runs `test` on its own thread; fails if it does not finish within the watchdog.
+/// Runs `test` under the shared watchdog.
 fn watchdog(test: impl FnOnce() + Send + 'static) {
-    let (done, finished) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(WATCHDOG) {
-        Ok(()) => thread.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = thread.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung: not done in {WATCHDOG:?}"),
-    }
+    common::watchdog(WATCHDOG, test);
 }
 
 #[test]

@@ -153,10 +153,14 @@ struct Queue {
 }
 
 impl Queue {
-    fn unlist_granted(&mut self, waiter: &Arc<Waiter>) {
+    /// A granted waiter's owner takes its slot (under the gate's lock): from now on the
+    /// owner releases it, and `close` leaves it alone. Returns `true`.
+    fn claim(&mut self, waiter: &Arc<Waiter>) -> bool {
+        waiter.state.store(CLAIMED, Ordering::Release);
         if let Some(at) = self.granted.iter().position(|w| Arc::ptr_eq(w, waiter)) {
             self.granted.swap_remove(at);
         }
+        true
     }
 }
 
@@ -297,11 +301,7 @@ impl Gate {
     pub(crate) fn claim(&self, waiter: &Arc<Waiter>) -> bool {
         let mut queue = lock(&self.queue);
         match waiter.state.load(Ordering::Acquire) {
-            GRANTED => {
-                waiter.state.store(CLAIMED, Ordering::Release);
-                queue.unlist_granted(waiter);
-                true
-            }
+            GRANTED => queue.claim(waiter),
             CLAIMED => true,
             _ => false,
         }
@@ -312,11 +312,7 @@ impl Gate {
     pub(crate) fn cancel(&self, waiter: &Arc<Waiter>) -> bool {
         let mut queue = lock(&self.queue);
         match waiter.state.load(Ordering::Acquire) {
-            GRANTED => {
-                waiter.state.store(CLAIMED, Ordering::Release);
-                queue.unlist_granted(waiter);
-                true
-            }
+            GRANTED => queue.claim(waiter),
             WAITING => {
                 if let Some(at) = queue.waiting.iter().position(|w| Arc::ptr_eq(w, waiter)) {
                     queue.waiting.remove(at);

@@ -338,3 +338,24 @@ impl<F: Future + Unpin> Future for LandsAtDeadline<F> {
         Poll::Ready(output)
     }
 }
+
+/// Runs `test` on a thread of its own and fails if it does not finish within `limit`: a
+/// deadlock or a hang fails the test instead of hanging CI. A panic in `test` is resumed.
+pub fn watchdog(limit: Duration, test: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(limit) {
+        Ok(()) => thread.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("hung: not done within {limit:?}")
+        }
+    }
+}
