@@ -65,9 +65,9 @@ mod sealed {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not work a shield can wrap",
-    label = "not a future",
-    note = "a shield wraps a future (`async {{ .. }}`); wrap one whose output is `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported"
-)]
+    label = "not a future, nor `Fallible(..)` of one whose output is `Result<T, E: Debug>`",
+    note = "a shield wraps a future (`async {{ .. }}`); wrap one whose output is `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported",
+    note = "in `Fallible(async {{ .. }})` the output must be `Result<T, E>` whose error type `E` is `Debug`: add `#[derive(Debug)]
 pub trait IntoShielded: sealed::Sealed {
     /// The future that runs.
     type Future: Future<Output = Self::Output>;
@@ -279,7 +279,7 @@ pin_project_lite::pin_project! {
     /// assert_eq!(ex.run(handle).await, Ok(10));
     /// # });
     /// ```
-    #[must_use = "a Runner does nothing unless spawned or polled"]
+    #[must_use = "the work never runs unless the Runner is spawned: `ex.spawn(runner).detach()`, or `Shield::spawn(work, |runner| ex.spawn(runner).detach())` in one call"]
     pub struct Runner<F: Future> {
         #[pin]
         future: Option<F>,
