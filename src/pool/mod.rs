@@ -36,7 +36,7 @@ pub use self::builder::{MAX_WORKERS, PoolBuilder};
 pub use self::error::{RunError, Saturated, TryRunError};
 pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
-pub use self::stats::PoolStats;
+pub use self::stats::{DurationStats, PoolStats};
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
 /// one slot per thread.
@@ -391,6 +391,9 @@ impl Pool {
             stuck_jobs: core.stats.stuck.get(),
             oldest_job_age: core.workers.oldest_job_age(now),
             demand: core.demand_at(now),
+            mean_job_time: core.stats.mean_job_time(),
+            wait_time: core.stats.wait_time.snapshot(),
+            job_time: core.stats.job_time.snapshot(),
         }
     }
 
