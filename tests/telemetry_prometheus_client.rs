@@ -2,7 +2,8 @@
 //! runs inside a job of the pool it reports on encodes what `publish_metrics` read on the
 //! loop, not itself; and the series are those the `metrics` facade gives a real
 //! metrics-exporter-prometheus recorder (installed globally in this binary of its own,
-//! since worker threads emit too), same names, labels, types and values.
+//! since worker threads emit too), same names, labels, types and values, for a pool and a
+//! refresh cache.
 
 mod common;
 
@@ -13,8 +14,10 @@ use std::time::Duration;
 use common::{Latch, hold};
 use futures_lite::future::block_on;
 use loopguard::Fallible;
+use loopguard::deadline::Deadline;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
+use loopguard::refresh::Refresh;
 use loopguard::telemetry::{Collector, DURATION_BUCKETS};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use prometheus_client::registry::Registry;
@@ -127,11 +130,11 @@ fn series(line: &str) -> (String, BTreeSet<(String, String)>) {
     (name.to_string(), labels)
 }
 
-/// Every `loopguard_` sample of pool `pool` in `text`, with its value.
+/// Every `loopguard_` sample labelled `key="value"` in `text`, with its value.
 type Samples = BTreeMap<(String, BTreeSet<(String, String)>), f64>;
 
-fn samples(text: &str, pool: &str) -> Samples {
-    let label = ("pool".to_string(), pool.to_string());
+fn samples(text: &str, key: &str, value: &str) -> Samples {
+    let label = (key.to_string(), value.to_string());
     text.lines()
         .filter(|line| line.starts_with("loopguard_"))
         .map(|line| {
@@ -198,13 +201,27 @@ fn the_same_series_as_the_metrics_facade() {
     block_on(common::bounded(LIMIT, reports.recv())).unwrap();
     block_on(pool.wait_idle());
 
+    // A refresh cache on the pool: one collection, then a hit.
+    let cache = Refresh::builder("cached")
+        .ttl(Duration::from_secs(3600))
+        .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+    for _ in 0..2 {
+        let deadline = Deadline::after(LIMIT);
+        assert_eq!(block_on(cache.get(deadline)).unwrap().as_str(), "up 1\n");
+    }
+    block_on(pool.wait_idle());
+
     pool.publish_metrics();
     let facade_text = facade.render();
-    let registry = registry(&pool);
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Collector::new().pool(&pool).refresh(&cache)));
     let mut ours = String::new();
     prometheus_client::encoding::text::encode(&mut ours, &registry).unwrap();
 
-    let (theirs, mine) = (samples(&facade_text, "same"), samples(&ours, "same"));
+    let mut theirs = samples(&facade_text, "pool", "same");
+    theirs.extend(samples(&facade_text, "cache", "cached"));
+    let mut mine = samples(&ours, "pool", "same");
+    mine.extend(samples(&ours, "cache", "cached"));
     assert_eq!(
         theirs.keys().collect::<Vec<_>>(),
         mine.keys().collect::<Vec<_>>(),
@@ -223,7 +240,7 @@ fn the_same_series_as_the_metrics_facade() {
     for (series, expected) in [
         (
             r#"loopguard_pool_jobs_total{pool="same",outcome="ok"}"#,
-            2.0,
+            3.0,
         ),
         (
             r#"loopguard_pool_jobs_total{pool="same",outcome="error"}"#,
@@ -235,7 +252,12 @@ fn the_same_series_as_the_metrics_facade() {
         ),
         (r#"loopguard_pool_rejected_total{pool="same"}"#, 1.0),
         (r#"loopguard_orphaned_failures_total{pool="same"}"#, 1.0),
-        (r#"loopguard_pool_job_seconds_count{pool="same"}"#, 5.0),
+        (r#"loopguard_pool_job_seconds_count{pool="same"}"#, 6.0),
+        (
+            r#"loopguard_refresh_runs_total{cache="cached",outcome="ok"}"#,
+            1.0,
+        ),
+        (r#"loopguard_refresh_hits_total{cache="cached"}"#, 1.0),
         (r#"loopguard_pool_in_use{pool="same"}"#, 0.0),
     ] {
         assert_eq!(value(&ours, series), expected, "{series} in:\n{ours}");

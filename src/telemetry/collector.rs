@@ -6,12 +6,17 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
+use std::sync::Arc;
+
 use crate::pool::{DurationStats, Pool, PoolStats};
+use crate::refresh::{Refresh, RefreshStats};
 
 use super::{
-    DURATION_BUCKETS, JOB_OUTCOMES, LABEL_OUTCOME, ORPHANED_FAILURES_TOTAL, POOL_CAPACITY,
-    POOL_DEMAND_AVG, POOL_IN_USE, POOL_JOB_SECONDS, POOL_JOBS_TOTAL, POOL_OLDEST_JOB_SECONDS,
-    POOL_REJECTED_TOTAL, POOL_STUCK_JOBS_TOTAL, POOL_WAIT_SECONDS, POOL_WAITING,
+    DURATION_BUCKETS, JOB_OUTCOMES, LABEL_CACHE, LABEL_OUTCOME, ORPHANED_FAILURES_TOTAL,
+    POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE, POOL_JOB_SECONDS, POOL_JOBS_TOTAL,
+    POOL_OLDEST_JOB_SECONDS, POOL_REJECTED_TOTAL, POOL_STUCK_JOBS_TOTAL, POOL_WAIT_SECONDS,
+    POOL_WAITING, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL, REFRESH_JOINS_TOTAL,
+    REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
 };
 
 /// Publishes loopguard's series to a [`prometheus_client`] registry: the same families,
@@ -19,7 +24,10 @@ use super::{
 ///
 /// Register it once with
 /// [`Registry::register_collector`](prometheus_client::registry::Registry::register_collector);
-/// every encode of the registry then reads the pools it was given.
+/// every encode of the registry then reads the pools and refresh caches it was given.
+/// Keyed gates, shields and operations are not collected yet: their series
+/// (`loopguard_keyed_*`, a shield's orphaned failures, `loopguard_operation*`) go through
+/// the `metrics` facade only.
 ///
 /// # Honest numbers
 ///
@@ -61,6 +69,29 @@ use super::{
 #[derive(Clone, Default)]
 pub struct Collector {
     pools: Vec<Pool>,
+    refreshes: Vec<Arc<dyn ReadRefresh>>,
+}
+
+/// One counter of a refresh cache's stats.
+type ReadCount = fn(&RefreshStats) -> u64;
+
+/// A refresh cache of any value and error type, as the collector reads it.
+trait ReadRefresh: Send + Sync {
+    fn name(&self) -> &str;
+    fn stats(&self) -> RefreshStats;
+}
+
+impl<T: 'static, E: 'static> ReadRefresh for Refresh<T, E>
+where
+    Refresh<T, E>: Send + Sync,
+{
+    fn name(&self) -> &str {
+        Refresh::name(self)
+    }
+
+    fn stats(&self) -> RefreshStats {
+        Refresh::stats(self)
+    }
 }
 
 impl Collector {
@@ -89,6 +120,28 @@ impl Collector {
     /// ```
     pub fn pool(mut self, pool: &Pool) -> Collector {
         self.pools.push(pool.clone());
+        self
+    }
+
+    /// Adds the series of the refresh cache `cache` (label `cache` = its name): its runs by
+    /// outcome, hits, joins and expired waits, all counters, read when the registry is
+    /// encoded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let pool = loopguard::pool::Pool::builder().build()?;
+    /// let cache = loopguard::refresh::Refresh::builder("registry")
+    ///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+    /// let collector = loopguard::telemetry::Collector::new().pool(&pool).refresh(&cache);
+    /// # drop(collector);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn refresh<T: 'static, E: 'static>(mut self, cache: &Refresh<T, E>) -> Collector
+    where
+        Refresh<T, E>: Send + Sync,
+    {
+        self.refreshes.push(Arc::new(cache.clone()));
         self
     }
 }
@@ -196,6 +249,71 @@ fn split_unit(name: &'static str) -> (&'static str, Option<&'static Unit>) {
 
 impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        if !self.pools.is_empty() {
+            self.encode_pools(&mut encoder)?;
+        }
+        if !self.refreshes.is_empty() {
+            self.encode_refreshes(&mut encoder)?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector {
+    fn encode_refreshes(&self, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let reads: Vec<(&str, RefreshStats)> = self
+            .refreshes
+            .iter()
+            .map(|r| (r.name(), r.stats()))
+            .collect();
+        let mut family = e.encode_descriptor(
+            REFRESH_RUNS_TOTAL
+                .strip_suffix("_total")
+                .unwrap_or(REFRESH_RUNS_TOTAL),
+            "Collections run by a refresh cache, by outcome.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (cache, stats) in &reads {
+            for (outcome, count) in REFRESH_OUTCOMES
+                .iter()
+                .zip([stats.runs_ok, stats.runs_error])
+            {
+                family
+                    .encode_family(&[(LABEL_CACHE, *cache), (LABEL_OUTCOME, outcome)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&count, None)?;
+            }
+        }
+        let counters: [(&str, &str, ReadCount); 3] = [
+            (
+                REFRESH_HITS_TOTAL,
+                "Calls answered from a refresh cache without waiting.",
+                |s| s.hits,
+            ),
+            (
+                REFRESH_JOINS_TOTAL,
+                "Calls that joined a refresh collection already in flight.",
+                |s| s.joins,
+            ),
+            (
+                REFRESH_EXPIRED_WAITS_TOTAL,
+                "Calls of a refresh cache whose deadline ended before a value was ready.",
+                |s| s.expired_waits,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let stem = name.strip_suffix("_total").unwrap_or(name);
+            let mut family = e.encode_descriptor(stem, help, None, MetricType::Counter)?;
+            for (cache, stats) in &reads {
+                family
+                    .encode_family(&[(LABEL_CACHE, *cache)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(stats), None)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_pools(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
         let reads: Vec<Read> = self
             .pools
             .iter()
@@ -205,7 +323,7 @@ impl prometheus_client::collector::Collector for Collector {
                 published: pool.published(),
             })
             .collect();
-        let e = &mut encoder;
+        let e = encoder;
         gauges(
             e,
             POOL_CAPACITY,
