@@ -11,6 +11,11 @@
 //!   or returns an `Err` from a future wrapped in [`Fallible`]), the failure goes to the
 //!   shield's [`OrphanHandler`], exactly once.
 //!
+//! [`Shield::spawn`] does both in one call for any executor: it wraps the work, hands the
+//! runner to a spawn closure (`|runner| ex.spawn(runner).detach()`) and returns the handle.
+//! A runner that is never spawned never runs: keep `wrap` for executors a closure cannot
+//! reach, and spawn what it returns.
+//!
 //! The future's output may be of any type (see [`IntoShielded`]). This is the contract of a
 //! pool [`Job`](crate::pool::Job) for async work, on the same hand-off. A failure the caller
 //! awaited is never reported; an orphaned failure is never lost; completion and drop can
@@ -42,6 +47,7 @@ use crate::sync::{drop_quietly, panic_message};
 
 mod sealed {
     pub trait Sealed {}
+    pub trait SealedDetached {}
 }
 
 /// What a [`Shield`] wraps: any future, or a future whose output is `Result<T, E>` wrapped
@@ -65,8 +71,9 @@ mod sealed {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not work a shield can wrap",
-    label = "not a future",
-    note = "a shield wraps a future (`async {{ .. }}`); wrap one whose output is `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported"
+    label = "not a future, nor `Fallible(..)` of one whose output is `Result<T, E: Debug>`",
+    note = "a shield wraps a future (`async {{ .. }}`); wrap one whose output is `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported",
+    note = "in `Fallible(async {{ .. }})` the output must be `Result<T, E>` whose error type `E` is `Debug`: add `#[derive(Debug)]` to `E`, or return `Err(e.to_string())`; without `Fallible` a `Result` of any error type is a plain output"
 )]
 pub trait IntoShielded: sealed::Sealed {
     /// The future that runs.
@@ -103,6 +110,34 @@ where
         (self.0, failure::when_err::<T, E>)
     }
 }
+
+/// What the spawn closure of [`Shield::spawn`] returns: `()`, once it has spawned the runner
+/// and let its task go. A task handle that cancels its task on drop (`smol::Task`,
+/// `async_executor::Task`) is refused at compile time, with a message saying to detach it.
+///
+/// Implemented for `()` only; there is nothing to implement yourself.
+///
+/// # Examples
+///
+/// ```
+/// # futures_lite::future::block_on(async {
+/// let ex = async_executor::Executor::new();
+/// let shield = loopguard::shield::Shield::new("flush");
+/// // `.detach()` returns `()`: the task runs on without its handle.
+/// let handle = shield.spawn(async { 2 }, |runner| ex.spawn(runner).detach());
+/// assert_eq!(ex.run(handle).await, Ok(2));
+/// # });
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "the spawn closure returns `{Self}`: a task handle that may cancel the work when dropped",
+    label = "detach the task here: `ex.spawn(runner).detach()`",
+    note = "`Shield::spawn` keeps no task handle, so its closure spawns the runner and detaches it, returning `()`: `.detach()` for smol and async-executor tasks; a tokio or async-std `JoinHandle` detaches when dropped: `drop(tokio::spawn(runner))`"
+)]
+pub trait Detached: sealed::SealedDetached {}
+
+impl sealed::SealedDetached for () {}
+
+impl Detached for () {}
 
 /// Where orphaned async work reports its failures; see the [module docs](self).
 ///
@@ -166,6 +201,11 @@ impl Shield {
     /// Splits `work` into a [`Runner`] to spawn and a [`Shielded`] handle to await or
     /// drop. Nothing runs until the runner is polled.
     ///
+    /// A runner that is never spawned never runs the work: `let (_runner, handle) =
+    /// shield.wrap(..)` drops it at once, and the handle resolves to
+    /// [`ShieldError::RunnerDropped`]. [`Shield::spawn`] spawns and returns the handle in one
+    /// call; use `wrap` when the runner must go somewhere a closure cannot reach.
+    ///
     /// # Examples
     ///
     /// ```
@@ -187,6 +227,42 @@ impl Shield {
             started: None,
         };
         (runner, Shielded { handoff })
+    }
+
+    /// Wraps `work` and hands its [`Runner`] to `spawn` at once, returning the handle: the
+    /// one-call form of [`wrap`](Shield::wrap), for any executor. `spawn` must start the
+    /// runner and let it go (detach it): a task handle that cancels on drop, such as
+    /// `smol::Task` or `async_executor::Task`, must be detached, or the work is cancelled
+    /// and the handle resolves to [`ShieldError::RunnerDropped`]. That is why `spawn`
+    /// returns `()` (see [`Detached`]), not a task handle:
+    ///
+    /// - smol: `shield.spawn(work, |runner| smol::spawn(runner).detach())`
+    /// - an `async_executor::Executor` or `LocalExecutor` (`!Send` work):
+    ///   `shield.spawn(work, |runner| ex.spawn(runner).detach())`
+    /// - async-std: `shield.spawn(work, |runner| drop(async_std::task::spawn(runner)))`
+    /// - tokio: `shield.spawn(work, |runner| drop(tokio::spawn(runner)))`
+    ///
+    /// Awaiting the handle gives the output; dropping it orphans the work, as with `wrap`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let ex = async_executor::LocalExecutor::new();
+    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let rows = std::rc::Rc::new(vec![1, 2, 3]); // `!Send` work is fine on a LocalExecutor
+    /// let handle = shield.spawn(async move { rows.len() }, |runner| ex.spawn(runner).detach());
+    /// assert_eq!(ex.run(handle).await, Ok(3));
+    /// # });
+    /// ```
+    pub fn spawn<W: IntoShielded, D: Detached>(
+        &self,
+        work: W,
+        spawn: impl FnOnce(Runner<W::Future>) -> D,
+    ) -> Shielded<W::Output> {
+        let (runner, handle) = self.wrap(work);
+        spawn(runner);
+        handle
     }
 
     /// The shield's name: the [`Report::origin`](crate::orphan::Report::origin) of its
@@ -279,7 +355,7 @@ pin_project_lite::pin_project! {
     /// assert_eq!(ex.run(handle).await, Ok(10));
     /// # });
     /// ```
-    #[must_use = "a Runner does nothing unless spawned or polled"]
+    #[must_use = "the work never runs unless the Runner is spawned: `ex.spawn(runner).detach()`, or `Shield::spawn(work, |runner| ex.spawn(runner).detach())` in one call"]
     pub struct Runner<F: Future> {
         #[pin]
         future: Option<F>,

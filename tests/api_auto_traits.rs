@@ -10,6 +10,7 @@ fn send<T: Send>() {}
 fn unpin<T: Unpin>() {}
 
 type Closure = fn() -> u32;
+#[cfg(feature = "tower")]
 type Keyed = loopguard::tower::Keyed<String, fn(&http::request::Parts) -> String>;
 
 #[test]
@@ -39,10 +40,15 @@ fn public_types_are_send_and_sync() {
     send_sync::<loopguard::operation::Operation>();
     send_sync::<loopguard::retry::Decision>();
     send_sync::<loopguard::retry::Decide<fn(&u16) -> loopguard::retry::Decision>>();
+    #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::AdmissionLayer>();
+    #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::AdmissionLayer<Keyed>>();
+    #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::Admission<Closure>>();
+    #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::Slot>();
+    #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::AdmissionBody<String>>();
     // A non-Sync output is fine: only `Send` is needed to move it back.
     send::<Job<std::cell::Cell<u8>>>();

@@ -145,9 +145,11 @@ fn assert_left_no_trace(gate: &KeyedGate<&'static str>, window: Duration) {
 }
 
 /// A no-op HTTP service for the tower layer.
+#[cfg(feature = "tower")]
 #[derive(Clone)]
 struct Noop;
 
+#[cfg(feature = "tower")]
 impl tower_service::Service<http::Request<()>> for Noop {
     type Response = http::Response<String>;
     type Error = std::convert::Infallible;
@@ -162,6 +164,7 @@ impl tower_service::Service<http::Request<()>> for Noop {
     }
 }
 
+#[cfg(feature = "tower")]
 #[test]
 fn a_waiting_request_whose_waker_clone_panicked_leaves_the_line_when_dropped() {
     use tower_layer::Layer as _;

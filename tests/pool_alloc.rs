@@ -221,9 +221,11 @@ fn load_signals_allocate_nothing_on_their_hot_paths() {
 }
 
 /// A no-op HTTP service: the bare service the layer is measured against.
+#[cfg(feature = "tower")]
 #[derive(Clone)]
 struct Noop;
 
+#[cfg(feature = "tower")]
 impl tower_service::Service<http::Request<()>> for Noop {
     type Response = http::Response<http_body_util::Empty<hyper::body::Bytes>>;
     type Error = std::convert::Infallible;
@@ -242,6 +244,7 @@ impl tower_service::Service<http::Request<()>> for Noop {
 }
 
 /// Calls `service` once and returns the response (the future is ready at once).
+#[cfg(feature = "tower")]
 fn call_once<S>(service: &mut S) -> S::Response
 where
     S: tower_service::Service<http::Request<()>>,
@@ -256,6 +259,7 @@ where
     }
 }
 
+#[cfg(feature = "tower")]
 #[test]
 fn the_tower_layer_allocates_two_tables_per_refusal() {
     use tower_layer::Layer as _;

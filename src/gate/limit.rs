@@ -16,9 +16,10 @@ use super::wait::{Ended, SlotWait};
 use super::{Gate, Refused};
 use crate::demand::Demand;
 use crate::signal::Signal;
+use crate::telemetry::durations::Durations;
 use crate::telemetry::{
     self, Counted, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE, POOL_REJECTED_TOTAL,
-    POOL_WAIT_SECONDS, POOL_WAITING,
+    POOL_WAIT_SECONDS, POOL_WAITING, Published,
 };
 
 /// A named gate and its accounting; see the [module docs](self).
@@ -35,10 +36,13 @@ pub(crate) struct Limit {
     pub(crate) rejected: Counted,
     /// How long a slot is held, on average: the `Retry-After` basis.
     pub(crate) hold: Average,
-    in_use: Gauge,
-    waiting: Gauge,
-    demand_avg: Gauge,
+    in_use: Published,
+    waiting: Published,
+    demand_avg: Published,
     wait_seconds: Histogram,
+    /// The limit's own record of its waits, for `PoolStats` and the prometheus-client
+    /// collector.
+    pub(crate) wait_time: Durations,
 }
 
 impl Limit {
@@ -62,9 +66,10 @@ impl Limit {
             Histogram::noop,
         );
         Limit {
-            in_use: gauge(POOL_IN_USE),
-            waiting: gauge(POOL_WAITING),
-            demand_avg: gauge(POOL_DEMAND_AVG),
+            in_use: Published::new(gauge(POOL_IN_USE)),
+            waiting: Published::new(gauge(POOL_WAITING)),
+            demand_avg: Published::new(gauge(POOL_DEMAND_AVG)),
+            wait_time: Durations::default(),
             name,
             gate: Gate::new(capacity),
             demand,
@@ -106,6 +111,7 @@ impl Limit {
 
     /// Records the wait of an admitted caller (user code: call it last).
     pub(crate) fn record_wait(&self, waited: Duration) {
+        self.wait_time.record(waited);
         telemetry::record(&self.wait_seconds, waited);
     }
 
@@ -165,6 +171,16 @@ impl Limit {
         telemetry::set(&self.in_use, self.gate.in_use() as f64);
         telemetry::set(&self.waiting, self.gate.waiting() as f64);
         telemetry::set(&self.demand_avg, self.demand_at(now));
+    }
+
+    /// The gauges as the last [`publish`](Limit::publish) set them: in use, waiting, demand.
+    #[cfg(feature = "prometheus-client")]
+    pub(crate) fn published(&self) -> (f64, f64, f64) {
+        (
+            self.in_use.last(),
+            self.waiting.last(),
+            self.demand_avg.last(),
+        )
     }
 
     /// The hint for a refused caller: how long a slot is held on average, at least 1 ms;

@@ -54,8 +54,9 @@ mod sealed {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a job a pool can run",
-    label = "not a `FnOnce() -> T + Send + 'static` closure with a `Send + 'static` output",
-    note = "a job is a closure `move || ...` that owns what it uses (`Send + 'static`) and returns a `Send + 'static` value; wrap one returning `Result<T, E: Debug>` in `loopguard::Fallible(..)` to have an orphaned `Err` reported"
+    label = "not a `FnOnce() -> T + Send + 'static` closure, nor `Fallible(..)` of one returning `Result<T, E: Debug>`",
+    note = "a job is a closure `move || ...` that owns what it uses (`Send + 'static`) and returns a `Send + 'static` value",
+    note = "in `Fallible(|| ...)` the closure must return `Result<T, E>` whose error type `E` is `Debug + Send + 'static`: add `#[derive(Debug)]` to `E`, or return `Err(e.to_string())`; without `Fallible` a `Result` of any error type is a plain output"
 )]
 ///
 /// The output is a type parameter rather than an associated type so that the futures
@@ -92,6 +93,9 @@ where
 
 impl<F> sealed::Sealed for Fallible<F> {}
 
+// Not offered as a fix when a plain closure fails (say, it captures an `Rc`): rustc then
+// names the capture instead of suggesting `Fallible`.
+#[diagnostic::do_not_recommend]
 impl<F, T, E> IntoJob<Result<T, E>> for Fallible<F>
 where
     F: FnOnce() -> Result<T, E> + Send + 'static,
@@ -221,7 +225,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
             Ok(_) if self.handoff.is_failure(&result) => JobOutcome::Error,
             Ok(_) => JobOutcome::Ok,
         };
-        core.stats.count_job(outcome);
+        core.stats.count_job(outcome, elapsed);
         core.limit.hold.add(elapsed);
         self.handoff.deliver(result, elapsed);
         // The recorder is user code: it hears of the job once its outcome is delivered (a

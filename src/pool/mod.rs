@@ -36,6 +36,7 @@ pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
 pub use self::stats::PoolStats;
 pub use self::within::TryRunWithin;
+pub use crate::telemetry::durations::DurationStats;
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
 /// one slot per thread.
@@ -424,6 +425,9 @@ impl Pool {
             stuck_jobs: core.stats.stuck.get(),
             oldest_job_age: core.workers.oldest_job_age(now),
             demand: core.limit.demand_at(now),
+            mean_job_time: core.limit.hold.get(),
+            wait_time: core.limit.wait_time.snapshot(),
+            job_time: core.stats.job_time.snapshot(),
         }
     }
 

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, Histogram};
 
+use crate::telemetry::durations::{DurationStats, Durations};
 use crate::telemetry::{
     self, Counted, JOB_OUTCOMES, JobOutcome, POOL_JOB_SECONDS, POOL_JOBS_TOTAL,
-    POOL_OLDEST_JOB_SECONDS, POOL_STUCK_JOBS_TOTAL,
+    POOL_OLDEST_JOB_SECONDS, POOL_STUCK_JOBS_TOTAL, Published,
 };
 
 /// A snapshot of a pool's counters, from [`Pool::stats`](super::Pool::stats).
@@ -45,6 +46,32 @@ pub struct PoolStats {
     pub oldest_job_age: Option<Duration>,
     /// Time-weighted average of holders + waiters over the demand window.
     pub demand: f64,
+    /// Moving average of job durations (weight 1/8 per finished job): the basis of
+    /// [`Saturated::retry_after`](super::Saturated::retry_after). `None` before the first
+    /// job finished.
+    pub mean_job_time: Option<Duration>,
+    /// How long admitted callers waited for their slot (zero when one was free), recorded
+    /// at admission: the series of `loopguard_pool_wait_seconds`.
+    pub wait_time: DurationStats,
+    /// How long finished jobs ran on their worker, recorded before the outcome is
+    /// delivered: the series of `loopguard_pool_job_seconds`.
+    pub job_time: DurationStats,
+}
+
+#[cfg(feature = "prometheus-client")]
+impl super::Pool {
+    /// The read gauges as the last [`publish_metrics`](super::Pool::publish_metrics) set
+    /// them: what a registry that reads (the prometheus-client collector) encodes.
+    pub(crate) fn published(&self) -> telemetry::PublishedGauges {
+        let core = self.core();
+        let (in_use, waiting, demand_avg) = core.limit.published();
+        telemetry::PublishedGauges {
+            in_use,
+            waiting,
+            oldest_job_seconds: core.stats.oldest_job_seconds.last(),
+            demand_avg,
+        }
+    }
 }
 
 /// The job counters a pool keeps itself, whatever recorder is installed, each mirrored
@@ -56,8 +83,10 @@ pub(crate) struct Stats {
     /// Finished jobs, indexed by [`JobOutcome`].
     jobs: [Counted; 3],
     pub(crate) stuck: Counted,
-    pub(crate) oldest_job_seconds: Gauge,
+    pub(crate) oldest_job_seconds: Published,
     job_seconds: Histogram,
+    /// The pool's own record of the job histogram, for [`PoolStats`].
+    pub(crate) job_time: Durations,
 }
 
 impl Stats {
@@ -76,6 +105,7 @@ impl Stats {
             telemetry::set(&gauge, 0.0);
             gauge
         };
+        let published = |metric: &'static str| Published::new(gauge(metric));
         let histogram = |metric: &'static str| {
             telemetry::register(
                 || ::metrics::histogram!(metric, "pool" => label()),
@@ -91,8 +121,9 @@ impl Stats {
         Stats {
             jobs: JOB_OUTCOMES.map(job),
             stuck: counter(POOL_STUCK_JOBS_TOTAL),
-            oldest_job_seconds: gauge(POOL_OLDEST_JOB_SECONDS),
+            oldest_job_seconds: published(POOL_OLDEST_JOB_SECONDS),
             job_seconds: histogram(POOL_JOB_SECONDS),
+            job_time: Durations::default(),
         }
     }
 
@@ -103,8 +134,9 @@ impl Stats {
     /// Counts a finished job in the pool's own numbers (before its outcome is delivered, so
     /// whoever awaits it sees them). The recorder hears of it in
     /// [`emit_job`](Stats::emit_job), after delivery.
-    pub(crate) fn count_job(&self, outcome: JobOutcome) {
+    pub(crate) fn count_job(&self, outcome: JobOutcome, elapsed: Duration) {
         self.jobs[outcome as usize].count();
+        self.job_time.record(elapsed);
     }
 
     /// Tells the recorder about a job counted by [`count_job`](Stats::count_job).

@@ -16,6 +16,10 @@
 //! right before rendering a scrape, and before the scrape takes a slot of its own, so a
 //! scrape never counts itself.
 //!
+//! With the `prometheus-client` feature, `Collector` publishes the same series (names,
+//! labels, types) to a `prometheus_client` registry instead, reading the pools' own
+//! numbers; the read gauges are again those `publish_metrics` read on the loop.
+//!
 //! A recorder is code loopguard does not own: every call into it is contained, so a
 //! panicking recorder loses that one update and nothing else (see
 //! [`contained_panics`]).
@@ -37,6 +41,14 @@ use ::metrics::{
 
 use crate::sync::{CONTAINED, contain};
 
+#[cfg(feature = "prometheus-client")]
+mod collector;
+pub(crate) mod durations;
+
+#[cfg(feature = "prometheus-client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus-client")))]
+pub use self::collector::Collector;
+
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";
 /// Gauge: slots held, orphaned jobs included. Label `pool`.
@@ -57,6 +69,20 @@ pub const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
 pub const POOL_WAIT_SECONDS: &str = "loopguard_pool_wait_seconds";
 /// Histogram: seconds a job ran on its worker thread. Label `pool`.
 pub const POOL_JOB_SECONDS: &str = "loopguard_pool_job_seconds";
+/// Upper bounds, in seconds, of the buckets a pool keeps for its wait and job durations
+/// ([`PoolStats::wait_time`](crate::pool::PoolStats::wait_time),
+/// [`PoolStats::job_time`](crate::pool::PoolStats::job_time)) and the prometheus-client
+/// `Collector`'s histograms (feature `prometheus-client`). With the `metrics` facade the recorder chooses the
+/// buckets; give it these to get the same series from both registries.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(loopguard::telemetry::DURATION_BUCKETS.last(), Some(&10.0));
+/// ```
+pub const DURATION_BUCKETS: [f64; 12] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 /// Gauge: age in seconds of the oldest running job, 0 when idle. Label `pool`.
 pub const POOL_OLDEST_JOB_SECONDS: &str = "loopguard_pool_oldest_job_seconds";
 /// Gauge: time-weighted average of holders + waiters over the demand window. Label `pool`.
@@ -460,8 +486,62 @@ pub(crate) fn register<H>(make: impl FnOnce() -> H, noop: fn() -> H) -> H {
 }
 
 /// Sets a gauge, contained.
-pub(crate) fn set(gauge: &Gauge, value: f64) {
-    contain("the metrics recorder", || gauge.set(value));
+pub(crate) fn set(gauge: &impl SetGauge, value: f64) {
+    gauge.set_to(value);
+}
+
+/// A gauge loopguard sets: a plain handle, or a [`Published`] one.
+pub(crate) trait SetGauge {
+    fn set_to(&self, value: f64);
+}
+
+impl SetGauge for Gauge {
+    fn set_to(&self, value: f64) {
+        contain("the metrics recorder", || self.set(value));
+    }
+}
+
+/// A gauge read on the loop and set by `publish_metrics`, which also keeps the value it
+/// set: registries that read rather than receive (the prometheus-client `Collector`)
+/// encode what the loop published, not what a scrape running on a worker would see.
+#[derive(Debug)]
+pub(crate) struct Published {
+    gauge: Gauge,
+    /// The last value set, as `f64` bits; 0.0 until the first set.
+    last: AtomicU64,
+}
+
+impl Published {
+    pub(crate) fn new(gauge: Gauge) -> Published {
+        Published {
+            gauge,
+            last: AtomicU64::new(0.0_f64.to_bits()),
+        }
+    }
+
+    /// The value last published.
+    #[cfg(feature = "prometheus-client")]
+    pub(crate) fn last(&self) -> f64 {
+        f64::from_bits(self.last.load(Ordering::Relaxed))
+    }
+}
+
+/// A pool's read gauges as its `publish_metrics` last set them.
+#[cfg(feature = "prometheus-client")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PublishedGauges {
+    pub(crate) in_use: f64,
+    pub(crate) waiting: f64,
+    pub(crate) oldest_job_seconds: f64,
+    pub(crate) demand_avg: f64,
+}
+
+impl SetGauge for Published {
+    fn set_to(&self, value: f64) {
+        // Ours first: the recorder is code loopguard does not own.
+        self.last.store(value.to_bits(), Ordering::Relaxed);
+        self.gauge.set_to(value);
+    }
 }
 
 /// Records a duration in seconds, contained.
