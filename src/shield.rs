@@ -25,12 +25,11 @@
 //!
 //! # Metrics
 //!
-//! Every orphaned failure is counted in [`ORPHANED_FAILURES_TOTAL`] with the label
+//! Every orphaned failure is counted in `loopguard_orphaned_failures_total` with the label
 //! `pool` set to the shield's name, the same series a pool of that name uses (so give
 //! shields and pools distinct names), and in [`Shield::orphaned_failures`]. The series is
 //! created with a zero when the shield is built, so install the recorder first.
 //!
-//! [`ORPHANED_FAILURES_TOTAL`]: crate::telemetry::ORPHANED_FAILURES_TOTAL
 
 use std::fmt;
 use std::future::Future;

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use common::{MapRecorder, assert_close};
 use futures_lite::future;
 use loopguard::keyed::{Acquire, Busy, KeyPermit, KeyedGate};
-use loopguard::telemetry::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL};
+
+// The series names, as a dashboard or alert spells them.
+const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
+const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 
 #[test]
 fn simultaneous_rejecting_callers_admit_exactly_one() {

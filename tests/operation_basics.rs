@@ -15,7 +15,10 @@ use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
 use loopguard::operation::{Classify, Operation, Outcome};
 use loopguard::retry::{AttemptError, Retry, RetryError};
-use loopguard::telemetry::{OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT};
+
+// The series names, as a dashboard or alert spells them.
+const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
+const OPERATIONS_IN_FLIGHT: &str = "loopguard_operations_in_flight";
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,

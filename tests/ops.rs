@@ -17,7 +17,7 @@ fn published() -> (BTreeSet<String>, BTreeSet<String>) {
         .unwrap_or_else(|e| panic!("the metric name constants live in {path:?}: {e}"));
     let mut consts = Vec::new();
     for line in source.lines() {
-        let Some(rest) = line.trim().strip_prefix("pub const ") else {
+        let Some(rest) = line.trim().strip_prefix("pub(crate) const ") else {
             continue;
         };
         let Some((name, value)) = rest.split_once(": &str = \"") else {

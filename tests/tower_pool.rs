@@ -15,10 +15,15 @@ use std::task::{Context, Poll};
 use common::{Latch, MapRecorder, hold};
 use http::{Request, Response, StatusCode};
 use loopguard::pool::{Job, Pool};
-use loopguard::telemetry::{POOL_CAPACITY, POOL_IN_USE, POOL_REJECTED_TOTAL, POOL_WAITING};
 use loopguard::tower::{AdmissionLayer, Slot};
 use tower_layer::Layer;
 use tower_service::Service;
+
+// The series names, as a dashboard or alert spells them.
+const POOL_CAPACITY: &str = "loopguard_pool_capacity";
+const POOL_IN_USE: &str = "loopguard_pool_in_use";
+const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
+const POOL_WAITING: &str = "loopguard_pool_waiting";
 
 /// A handler that runs a job on the request's slot and hands the `Job` out, so the test
 /// decides when it finishes (the job waits for a latch).

@@ -28,7 +28,7 @@
 //! through.
 //!
 //! In the metrics recorder, one series per key ever published: a removed key's
-//! [`KEYED_DEMAND_AVG`] gauge is set to 0, but the recorder keeps the series
+//! `loopguard_keyed_demand_avg` gauge is set to 0, but the recorder keeps the series
 //! (loopguard cannot delete it through the `metrics` facade). Keys are a label,
 //! so keep them to a bounded set (repositories, tenants), not request ids; or
 //! let the recorder expire idle series (`metrics-exporter-prometheus`:
@@ -37,8 +37,8 @@
 //! # Metrics
 //!
 //! The gate only emits through the `metrics` facade:
-//! [`KEYED_REJECTED_TOTAL`] (counter, `gate` label) on each rejection, and
-//! [`KEYED_DEMAND_AVG`] (gauge, `gate` and `key` labels), which is updated on
+//! `loopguard_keyed_rejected_total` (counter, `gate` label) on each rejection, and
+//! `loopguard_keyed_demand_avg` (gauge, `gate` and `key` labels), which is updated on
 //! read: call [`KeyedGate::publish_metrics`] before each scrape. The counter
 //! handle is obtained once, when the gate is built, so install the recorder
 //! before building gates.
@@ -94,7 +94,7 @@ struct Keys<K> {
     /// An empty demand history with the gate's window; cloned per key.
     proto: DemandCore,
     created: Instant,
-    /// `try_acquire` calls refused, mirrored into [`KEYED_REJECTED_TOTAL`].
+    /// `try_acquire` calls refused, mirrored into `loopguard_keyed_rejected_total`.
     rejected: Counted,
     state: Mutex<KeyTable<K>>,
 }
@@ -583,7 +583,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         self.inner.sweep(&mut state, now);
     }
 
-    /// Sets the [`KEYED_DEMAND_AVG`] gauge of every tracked key to its demand
+    /// Sets the `loopguard_keyed_demand_avg` gauge of every tracked key to its demand
     /// now (and to 0 for keys removed since the last call). The gauge is
     /// updated on read: call this before each scrape.
     ///

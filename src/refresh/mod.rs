@@ -31,18 +31,14 @@
 //! failure TTL and reported exactly once to the orphan handler of the pool (or shield) that
 //! ran it, whether or not anyone was waiting, and counted as `panicked` in the pool's job
 //! metrics. A collection that returns `Err` is not reported there: its error is served to
-//! callers from the cache and counted in [`REFRESH_RUNS_TOTAL`] as `error`.
+//! callers from the cache and counted in `loopguard_refresh_runs_total` as `error`.
 //!
 //! # Metrics
 //!
 //! Counters with label `cache` (the name), registered with zeros when the cache is built:
-//! [`REFRESH_RUNS_TOTAL`] (also `outcome` = `ok` / `error`), [`REFRESH_HITS_TOTAL`],
-//! [`REFRESH_JOINS_TOTAL`], [`REFRESH_EXPIRED_WAITS_TOTAL`].
+//! `loopguard_refresh_runs_total` (also `outcome` = `ok` / `error`), `loopguard_refresh_hits_total`,
+//! `loopguard_refresh_joins_total`, `loopguard_refresh_expired_waits_total`.
 //!
-//! [`REFRESH_RUNS_TOTAL`]: crate::telemetry::REFRESH_RUNS_TOTAL
-//! [`REFRESH_HITS_TOTAL`]: crate::telemetry::REFRESH_HITS_TOTAL
-//! [`REFRESH_JOINS_TOTAL`]: crate::telemetry::REFRESH_JOINS_TOTAL
-//! [`REFRESH_EXPIRED_WAITS_TOTAL`]: crate::telemetry::REFRESH_EXPIRED_WAITS_TOTAL
 
 mod builder;
 mod error;

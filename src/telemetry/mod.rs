@@ -1,35 +1,66 @@
-//! What loopguard emits: metric names, label names and values, and [`describe_metrics`].
+//! What loopguard emits, and [`describe_metrics`].
 //!
 //! loopguard only *emits* through the [`metrics`] facade; the application installs the
 //! recorder (for example `metrics-exporter-prometheus`). Handles are obtained when a pool,
-//! shield, gate or cache is built, so install the recorder first. Every series is created
-//! at build time with a zero value (each `outcome` label included), so dashboards and alerts
-//! never see a missing series.
+//! shield, gate, layer or cache is built, so install the recorder first. Counters and
+//! gauges (each `outcome` label included) are created at build time with a zero value, so
+//! dashboards and alerts never see them missing; a histogram appears with its first
+//! observation, and a key's `loopguard_keyed_demand_avg` when the key is first published
+//! (keys are pruned when idle: keep them to a bounded set).
 //!
-//! Counters and histograms are updated as events happen (refusals in batches, see
-//! [`POOL_REJECTED_TOTAL`]). The gauges that are *read*
-//! rather than pushed (`loopguard_pool_in_use`, `loopguard_pool_waiting`,
-//! `loopguard_pool_oldest_job_seconds`, `loopguard_pool_demand_avg`,
-//! `loopguard_keyed_demand_avg`) are updated by
+//! | name | type | labels |
+//! |---|---|---|
+//! | `loopguard_pool_capacity` | gauge | `pool` |
+//! | `loopguard_pool_in_use` | gauge, read | `pool` |
+//! | `loopguard_pool_waiting` | gauge, read | `pool` |
+//! | `loopguard_pool_jobs_total` | counter | `pool`, `outcome` = `ok` / `error` / `panicked` |
+//! | `loopguard_pool_rejected_total` | counter, in batches | `pool` |
+//! | `loopguard_pool_wait_seconds` | histogram | `pool` |
+//! | `loopguard_pool_job_seconds` | histogram | `pool` |
+//! | `loopguard_pool_oldest_job_seconds` | gauge, read | `pool` |
+//! | `loopguard_pool_demand_avg` | gauge, read | `pool` |
+//! | `loopguard_orphaned_failures_total` | counter | `pool` (a shield's name for a shield) |
+//! | `loopguard_pool_stuck_jobs_total` | counter | `pool` |
+//! | `loopguard_keyed_demand_avg` | gauge, read | `gate`, `key` |
+//! | `loopguard_keyed_rejected_total` | counter | `gate` |
+//! | `loopguard_refresh_runs_total` | counter | `cache`, `outcome` = `ok` / `error` |
+//! | `loopguard_refresh_hits_total` | counter | `cache` |
+//! | `loopguard_refresh_joins_total` | counter | `cache` |
+//! | `loopguard_refresh_expired_waits_total` | counter | `cache` |
+//! | `loopguard_operation_duration_seconds` | histogram | `operation`, `outcome` = `success` / `deadline` / `cancelled` / `error` |
+//! | `loopguard_operations_in_flight` | gauge | `operation` |
+//!
+//! The `pool` series of admission (capacity, in use, waiting, rejected, wait seconds,
+//! demand) are also emitted by a tower `AdmissionLayer` of its own, under its name.
+//!
+//! A refusal only counts (one atomic add, so refusing stays cheap under a storm); the
+//! recorder hears of refusals in one update when the next job finishes and at
+//! `publish_metrics`, so a scrape that publishes first sees them all;
+//! [`PoolStats::rejected`](crate::pool::PoolStats::rejected) is always exact. The gauges
+//! that are *read* rather than pushed are updated by
 //! [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics) and
 //! [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics): call them
 //! right before rendering a scrape, and before the scrape takes a slot of its own, so a
 //! scrape never counts itself.
+//!
+//! `loopguard_pool_demand_avg` counts what the pool admitted (and callers waiting in
+//! `run`), so under overload it stops near the capacity exactly when `try_run` starts
+//! refusing. To scale on the load the pool refuses, use the offered load recorded by
+//! `ops/prometheus/loopguard-recording.yaml` in the repository (demand plus the rate of
+//! refusals times the mean job time, by Little's law).
 //!
 //! With the `prometheus-client` feature, `Collector` publishes the same series (names,
 //! labels, types) to a `prometheus_client` registry instead, reading the pools' own
 //! numbers; the read gauges are again those `publish_metrics` read on the loop.
 //!
 //! A recorder is code loopguard does not own: every call into it is contained, so a
-//! panicking recorder loses that one update and nothing else (see
-//! [`contained_panics`]).
+//! panicking recorder loses that one update and nothing else (see [`contained_panics`]).
 //!
 //! # Examples
 //!
 //! ```
 //! // Once, at startup, after installing a recorder:
 //! loopguard::telemetry::describe_metrics();
-//! assert_eq!(loopguard::telemetry::POOL_IN_USE, "loopguard_pool_in_use");
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,13 +81,13 @@ pub(crate) mod durations;
 pub use self::collector::Collector;
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
-pub const POOL_CAPACITY: &str = "loopguard_pool_capacity";
+pub(crate) const POOL_CAPACITY: &str = "loopguard_pool_capacity";
 /// Gauge: slots held, orphaned jobs included. Label `pool`.
-pub const POOL_IN_USE: &str = "loopguard_pool_in_use";
+pub(crate) const POOL_IN_USE: &str = "loopguard_pool_in_use";
 /// Gauge: callers waiting for a slot. Label `pool`.
-pub const POOL_WAITING: &str = "loopguard_pool_waiting";
+pub(crate) const POOL_WAITING: &str = "loopguard_pool_waiting";
 /// Counter: finished jobs. Labels `pool`, `outcome` (`ok`, `error`, `panicked`).
-pub const POOL_JOBS_TOTAL: &str = "loopguard_pool_jobs_total";
+pub(crate) const POOL_JOBS_TOTAL: &str = "loopguard_pool_jobs_total";
 /// Counter: `try_run` calls refused because the pool was saturated. Label `pool`.
 ///
 /// A refusal only counts (one atomic add, so refusing stays cheap under a storm); the
@@ -64,11 +95,11 @@ pub const POOL_JOBS_TOTAL: &str = "loopguard_pool_jobs_total";
 /// [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics), so a scrape that
 /// publishes first sees them all. [`PoolStats::rejected`](crate::pool::PoolStats::rejected)
 /// is always exact.
-pub const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
+pub(crate) const POOL_REJECTED_TOTAL: &str = "loopguard_pool_rejected_total";
 /// Histogram: seconds from submission to admission (zero when a slot was free). Label `pool`.
-pub const POOL_WAIT_SECONDS: &str = "loopguard_pool_wait_seconds";
+pub(crate) const POOL_WAIT_SECONDS: &str = "loopguard_pool_wait_seconds";
 /// Histogram: seconds a job ran on its worker thread. Label `pool`.
-pub const POOL_JOB_SECONDS: &str = "loopguard_pool_job_seconds";
+pub(crate) const POOL_JOB_SECONDS: &str = "loopguard_pool_job_seconds";
 /// Upper bounds, in seconds, of the buckets a pool keeps for its wait and job durations
 /// ([`PoolStats::wait_time`](crate::pool::PoolStats::wait_time),
 /// [`PoolStats::job_time`](crate::pool::PoolStats::job_time)) and the prometheus-client
@@ -84,183 +115,81 @@ pub const DURATION_BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// Gauge: age in seconds of the oldest running job, 0 when idle. Label `pool`.
-pub const POOL_OLDEST_JOB_SECONDS: &str = "loopguard_pool_oldest_job_seconds";
+pub(crate) const POOL_OLDEST_JOB_SECONDS: &str = "loopguard_pool_oldest_job_seconds";
 /// Gauge: time-weighted average of holders + waiters over the demand window. Label `pool`.
 ///
 /// It counts what the pool admitted (and callers waiting in `run`), so under overload it
 /// stops near the capacity exactly when `try_run` starts refusing: a refused attempt adds
 /// no demand. To scale on load the pool refuses, use the offered load of
 /// `ops/prometheus/loopguard-recording.yaml` (this gauge plus the rate of
-/// [`POOL_REJECTED_TOTAL`] times the mean job time, by Little's law).
-pub const POOL_DEMAND_AVG: &str = "loopguard_pool_demand_avg";
+/// `loopguard_pool_rejected_total` times the mean job time, by Little's law).
+pub(crate) const POOL_DEMAND_AVG: &str = "loopguard_pool_demand_avg";
 /// Counter: failures of orphaned jobs (reported to the orphan handler). Label `pool`.
-pub const ORPHANED_FAILURES_TOTAL: &str = "loopguard_orphaned_failures_total";
+pub(crate) const ORPHANED_FAILURES_TOTAL: &str = "loopguard_orphaned_failures_total";
 /// Counter: jobs reported as stuck (running past the pool's threshold). Label `pool`.
-pub const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total";
+pub(crate) const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total";
 
 /// Gauge: time-weighted demand (holders + waiters) of one key of a
 /// [`KeyedGate`](crate::keyed::KeyedGate) over its window. Labels: `gate`,
 /// `key`. Updated on read, by [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics).
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::KEYED_DEMAND_AVG, "loopguard_keyed_demand_avg");
-/// ```
-pub const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
+pub(crate) const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 
 /// Counter: calls to [`KeyedGate::try_acquire`](crate::keyed::KeyedGate::try_acquire)
 /// rejected because the key was busy. Label: `gate`.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(
-///     loopguard::telemetry::KEYED_REJECTED_TOTAL,
-///     "loopguard_keyed_rejected_total",
-/// );
-/// ```
-pub const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
+pub(crate) const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 
 /// Label naming the gate a series belongs to.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::LABEL_GATE, "gate");
-/// ```
-pub const LABEL_GATE: &str = "gate";
+pub(crate) const LABEL_GATE: &str = "gate";
 
 /// Label naming the key of a keyed gate.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::LABEL_KEY, "key");
-/// ```
-pub const LABEL_KEY: &str = "key";
+pub(crate) const LABEL_KEY: &str = "key";
 
 /// Histogram: seconds from the start of an operation (before its first queue) to its end,
 /// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`,
 /// `cancelled`, `error`). Emitted by [`Operation`](crate::operation::Operation).
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(
-///     loopguard::telemetry::OPERATION_DURATION_SECONDS,
-///     "loopguard_operation_duration_seconds",
-/// );
-/// ```
-pub const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
+pub(crate) const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
 
 /// Gauge: operations started and not yet finished, queued ones included. Label
 /// `operation`. Emitted by [`Operation`](crate::operation::Operation).
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(
-///     loopguard::telemetry::OPERATIONS_IN_FLIGHT,
-///     "loopguard_operations_in_flight",
-/// );
-/// ```
-pub const OPERATIONS_IN_FLIGHT: &str = "loopguard_operations_in_flight";
+pub(crate) const OPERATIONS_IN_FLIGHT: &str = "loopguard_operations_in_flight";
 
 /// Label naming the operation a series belongs to.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::LABEL_OPERATION, "operation");
-/// ```
-pub const LABEL_OPERATION: &str = "operation";
+pub(crate) const LABEL_OPERATION: &str = "operation";
 
 /// Label naming how something ended.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::LABEL_OUTCOME, "outcome");
-/// ```
-pub const LABEL_OUTCOME: &str = "outcome";
+pub(crate) const LABEL_OUTCOME: &str = "outcome";
 
 /// Counter: collections of a [`Refresh`](crate::refresh::Refresh) cache that finished. Labels
 /// `cache`, `outcome` (`ok`, `error`; a panicking collection counts as `error`).
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::REFRESH_RUNS_TOTAL, "loopguard_refresh_runs_total");
-/// ```
-pub const REFRESH_RUNS_TOTAL: &str = "loopguard_refresh_runs_total";
+pub(crate) const REFRESH_RUNS_TOTAL: &str = "loopguard_refresh_runs_total";
 
 /// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache answered from the cache without
 /// waiting (a fresh value, or a failure within its failure TTL). Label `cache`.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::REFRESH_HITS_TOTAL, "loopguard_refresh_hits_total");
-/// ```
-pub const REFRESH_HITS_TOTAL: &str = "loopguard_refresh_hits_total";
+pub(crate) const REFRESH_HITS_TOTAL: &str = "loopguard_refresh_hits_total";
 
 /// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache that joined a collection already
 /// in flight instead of starting one. Label `cache`.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::REFRESH_JOINS_TOTAL, "loopguard_refresh_joins_total");
-/// ```
-pub const REFRESH_JOINS_TOTAL: &str = "loopguard_refresh_joins_total";
+pub(crate) const REFRESH_JOINS_TOTAL: &str = "loopguard_refresh_joins_total";
 
 /// Counter: calls of a [`Refresh`](crate::refresh::Refresh) cache that ended with
 /// [`Expired`](crate::deadline::Expired) (the caller's deadline ran out before a value was ready; the
 /// collection goes on). Label `cache`.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(
-///     loopguard::telemetry::REFRESH_EXPIRED_WAITS_TOTAL,
-///     "loopguard_refresh_expired_waits_total",
-/// );
-/// ```
-pub const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_waits_total";
+pub(crate) const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_waits_total";
 
 /// Label naming the [`Refresh`](crate::refresh::Refresh) cache a series belongs to.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::LABEL_CACHE, "cache");
-/// ```
-pub const LABEL_CACHE: &str = "cache";
+pub(crate) const LABEL_CACHE: &str = "cache";
 
 /// The `outcome` label values of [`REFRESH_RUNS_TOTAL`].
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::REFRESH_OUTCOMES, ["ok", "error"]);
-/// ```
-pub const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
+pub(crate) const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
 
-/// The `outcome` label values of [`POOL_JOBS_TOTAL`].
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::telemetry::JOB_OUTCOMES, ["ok", "error", "panicked"]);
-/// ```
-pub const JOB_OUTCOMES: [&str; 3] = [
+/// The `outcome` label values of `loopguard_pool_jobs_total`.
+pub(crate) const JOB_OUTCOMES: [&str; 3] = [
     JobOutcome::Ok.label(),
     JobOutcome::Error.label(),
     JobOutcome::Panicked.label(),
 ];
 
-/// How a pool job ended: the `outcome` label of [`POOL_JOBS_TOTAL`].
+/// How a pool job ended: the `outcome` label of `loopguard_pool_jobs_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JobOutcome {
     Ok = 0,
