@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo run --release --example soak -- [--jobs N] [--workers W] [--seed S] [--json]
 //!     [--faults P] [--panic-handler P] [--panic-logger P] [--panic-recorder P]
-//!     [--panic-wakers P] [--panic-outputs P] [--reenter P]
+//!     [--panic-wakers P] [--panic-outputs P] [--reenter P] [--watchdog SECS]
 //! ```
 //!
 //! Each job id gets, from a seeded `fastrand` generator, an outcome (success, `Err`, panic),
@@ -95,9 +95,11 @@ enum Submit {
 static WAKER_FAULTS: AtomicU64 = AtomicU64::new(0);
 static OUTPUT_FAULTS: AtomicU64 = AtomicU64::new(0);
 static REENTRANT_CALLS: AtomicU64 = AtomicU64::new(0);
-/// Jobs submitted by wakers calling back into the pool, and how many of them ran.
+/// Jobs admitted by `try_run` from wakers calling back into the pool, and how many of them
+/// ran; and jobs of `run` futures those wakers polled once and dropped, that ran.
 static REENTRANT_JOBS: AtomicU64 = AtomicU64::new(0);
 static REENTRANT_RAN: AtomicU64 = AtomicU64::new(0);
+static REENTRANT_RUN_RAN: AtomicU64 = AtomicU64::new(0);
 
 /// Whether a fault of probability `p` strikes now; counted in `kind` when it does.
 fn strikes(p: f64, kind: &AtomicU64) -> bool {
@@ -155,6 +157,8 @@ struct Options {
     seed: u64,
     json: bool,
     faults: Faults,
+    /// The run fails (exit code 3) if it has not finished after this long.
+    watchdog: Duration,
 }
 
 /// How likely each kind of code loopguard calls is to panic (or, for `reenter`, to call
@@ -177,7 +181,7 @@ impl Faults {
 
 const USAGE: &str = "usage: soak [--jobs N] [--workers W] [--seed S] [--json] [--faults P] \
 [--panic-handler P] [--panic-logger P] [--panic-recorder P] [--panic-wakers P] \
-[--panic-outputs P] [--reenter P]";
+[--panic-outputs P] [--reenter P] [--watchdog SECS]";
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
@@ -186,6 +190,7 @@ fn parse_args() -> Result<Options, String> {
         seed: DEFAULT_SEED,
         json: false,
         faults: Faults::default(),
+        watchdog: Duration::from_secs(120),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -205,6 +210,9 @@ fn parse_args() -> Result<Options, String> {
             }
             "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--json" => options.json = true,
+            "--watchdog" => {
+                options.watchdog = Duration::from_secs(number("--watchdog", value("--watchdog")?)?)
+            }
             "--faults" => {
                 let p = probability("--faults", value("--faults")?)?;
                 *faults = Faults {
@@ -560,6 +568,15 @@ fn main() -> ExitCode {
         }
     };
 
+    // A deadlock (a waker called under a lock that it re-enters, say) would hang the loop
+    // or a worker where no timeout can see it: a watchdog ends the run instead.
+    let watchdog_limit = options.watchdog;
+    std::thread::spawn(move || {
+        std::thread::sleep(watchdog_limit);
+        println!("FAIL: the soak did not finish within {watchdog_limit:?} (a deadlock?)");
+        std::process::exit(3);
+    });
+
     let clients = 4 * options.workers;
     let tally = Rc::new(Tally::default());
     let began = Instant::now();
@@ -687,9 +704,11 @@ fn main() -> ExitCode {
             "{reentrant_jobs} jobs submitted from wakers, {reentrant_ran} ran"
         ));
     }
-    if finished != ran + reentrant_ran {
+    let reentrant_run_ran = REENTRANT_RUN_RAN.load(Ordering::Relaxed);
+    if finished != ran + reentrant_ran + reentrant_run_ran {
         problems.push(format!(
-            "pool counted {finished} finished jobs, {ran} ran (+{reentrant_ran} from wakers)"
+            "pool counted {finished} finished jobs, {ran} ran (+{} from wakers)",
+            reentrant_ran + reentrant_run_ran
         ));
     }
     if orphaned_failures != reported + untraceable {
@@ -718,7 +737,8 @@ fn main() -> ExitCode {
     println!(
         "of the faults: wakers {waker_faults} (clone panics re-polled {clone_retries}), \
          output drops {output_faults}; wakers called back into the pool {reentrant_calls} \
-         times ({reentrant_jobs} jobs submitted, {reentrant_ran} ran)"
+         times ({reentrant_jobs} jobs admitted by try_run, {reentrant_ran} ran; \
+         {reentrant_run_ran} jobs of a run polled once ran)"
     );
     for problem in &problems {
         println!("FAIL: {problem}");
@@ -777,19 +797,35 @@ mod hostile {
         }
 
         /// Calls back into the pool with the configured probability, unless this is the
-        /// task's own call: reads `in_use()`, or submits a small job with `try_run` and drops
-        /// its `Job` at once (orphaning it, or cancelling nothing if it already ran).
+        /// task's own call: reads `in_use()`; submits a small job with `try_run` and drops
+        /// its `Job` at once (orphaning it); or polls a `run` of a small job once and drops
+        /// it (queueing in the gate under its lock, then leaving the line or orphaning the
+        /// job), so a waker called under any of the gate's or the job's locks would deadlock.
         fn reenter(&self) {
             if faults::is_own() || !strikes(self.reenter, &REENTRANT_CALLS) {
                 return;
             }
-            if fastrand::bool() {
-                std::hint::black_box(self.pool.in_use());
-            } else if let Ok(job) = self.pool.try_run(|| {
-                REENTRANT_RAN.fetch_add(1, Ordering::Relaxed);
-            }) {
-                REENTRANT_JOBS.fetch_add(1, Ordering::Relaxed);
-                drop(job);
+            match fastrand::u8(0..3) {
+                0 => {
+                    std::hint::black_box(self.pool.in_use());
+                }
+                1 => {
+                    let job = self.pool.try_run(|| {
+                        REENTRANT_RAN.fetch_add(1, Ordering::Relaxed);
+                    });
+                    if let Ok(job) = job {
+                        REENTRANT_JOBS.fetch_add(1, Ordering::Relaxed);
+                        drop(job);
+                    }
+                }
+                _ => {
+                    let mut run = self.pool.run(|| {
+                        REENTRANT_RUN_RAN.fetch_add(1, Ordering::Relaxed);
+                    });
+                    let mut cx = Context::from_waker(Waker::noop());
+                    let _ = Pin::new(&mut run).poll(&mut cx);
+                    drop(run);
+                }
             }
         }
     }
@@ -878,8 +914,12 @@ mod hostile {
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
             let this = self.get_mut();
-            let fresh = !matches!(&this.cached, Some((real, _)) if real.will_wake(cx.waker()));
-            if fresh {
+            // A new hostile waker when the task's waker changed, and now and then anyway (as
+            // if the future moved to another task): loopguard then replaces the one it
+            // stored and drops it, outside its locks.
+            let moved = this.behaviour.panic > 0.0 && fastrand::f64() < this.behaviour.panic;
+            let same = matches!(&this.cached, Some((real, _)) if real.will_wake(cx.waker()));
+            if moved || !same {
                 let real = cx.waker().clone();
                 let hostile = waker(Inner {
                     real: real.clone(),
