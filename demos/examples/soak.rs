@@ -340,6 +340,14 @@ fn job(
     })
 }
 
+/// What every client works through: ids below `jobs`, drawn from `seed`, with `faults`.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    jobs: u64,
+    seed: u64,
+    faults: Faults,
+}
+
 #[derive(Debug, Default)]
 struct Tally {
     rejected: Cell<u64>,
@@ -374,11 +382,10 @@ async fn client(
     hostile: [Arc<hostile::Behaviour>; 2],
     ledger: Arc<Ledger>,
     next: Rc<Cell<u64>>,
-    jobs: u64,
-    seed: u64,
-    faults: Faults,
+    plan: Plan,
     tally: Rc<Tally>,
 ) {
+    let Plan { jobs, seed, faults } = plan;
     loop {
         let id = next.get();
         if id >= jobs {
@@ -591,9 +598,11 @@ fn main() -> ExitCode {
                     hostile.clone(),
                     ledger.clone(),
                     next.clone(),
-                    jobs,
-                    options.seed,
-                    faults,
+                    Plan {
+                        jobs,
+                        seed: options.seed,
+                        faults,
+                    },
                     tally.clone(),
                 ))
             })
