@@ -16,13 +16,28 @@
 //! is contained. Every transition is complete before that call, so a panicking waker can
 //! lose nothing.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::failure::{Classifier, Panicked};
 use crate::orphan::Reporter;
-use crate::sync::{drop_contained, lock, wake};
+use crate::sync::{drop_contained, wake};
+
+// Under the crate's loom cfg (unit tests only) the stage's mutex is loom's, so the model in
+// `handoff/loom_model.rs` explores every interleaving; normal builds never see loom.
+#[cfg(all(test, loopguard_loom))]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(all(test, loopguard_loom)))]
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
+/// loom's).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Where an outcome stands.
 enum Stage<T> {
@@ -212,3 +227,7 @@ impl<T> Handoff<T> {
         self.report(result, elapsed);
     }
 }
+
+/// Exhaustive interleavings of deliver, take, orphan and abandon, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

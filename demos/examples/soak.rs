@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo run --release --example soak -- [--jobs N] [--workers W] [--seed S] [--json]
 //!     [--faults P] [--panic-handler P] [--panic-logger P] [--panic-recorder P]
-//!     [--panic-wakers P]
+//!     [--panic-wakers P] [--panic-outputs P] [--reenter P] [--watchdog SECS]
 //! ```
 //!
 //! Each job id gets, from a seeded `fastrand` generator, an outcome (success, `Err`, panic),
@@ -36,16 +36,27 @@
 //!
 //! # Faults
 //!
-//! With `--panic-handler P`, `--panic-logger P`, `--panic-recorder P` or `--panic-wakers P`
-//! (a probability; `--faults P` sets all four), the code loopguard calls panics at random:
-//! the orphan handler and the logger after recording a report, a metrics recorder on any
-//! update, and the clients' wakers after waking their task. loopguard must contain every
-//! one of them: the counts above stay 0 and `shutdown()` still returns.
+//! With `--panic-handler P`, `--panic-logger P`, `--panic-recorder P`, `--panic-wakers P`
+//! or `--panic-outputs P` (a probability; `--faults P` sets them all, and `--reenter P`
+//! too), the code loopguard calls panics at random: the orphan handler and the logger
+//! after recording a report, a metrics recorder on any update, the clients' wakers in
+//! `wake` (after waking their task), in `clone` (before cloning) and in `drop` (after
+//! dropping), and the `Drop` of job outputs (successes and `Err`s) that loopguard drops
+//! because nobody takes them. With `--reenter P` a waker's `wake` and `drop` also call back
+//! into the pool first: `in_use()`, or `try_run(..)` of a small job whose `Job` is dropped
+//! at once. loopguard must contain every panic and take every call back without a
+//! deadlock: the counts above stay 0 and `shutdown()` still returns.
+//!
+//! A waker's `clone` runs in the caller's own poll, so its panic comes out of that poll
+//! (loopguard leaves the future as it was); the client catches it and polls again, as a
+//! task whose own code panicked would be restarted. Everything else is contained inside
+//! loopguard. The task's own calls to its waker (the soak's adapter cloning and dropping
+//! it, the client waking itself) inject nothing.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::panic;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -57,7 +68,7 @@ use futures_lite::future;
 use loopguard::Fallible;
 use loopguard::orphan::{OrphanHandler, ReportKind};
 use loopguard::pool::{Pool, RunError, TryRunError};
-use loopguard_demos::faults::{self, FaultyWakers, PanickingRecorder, TracingLogger};
+use loopguard_demos::faults::{self, PanickingRecorder, TracingLogger};
 
 const DEFAULT_SEED: u64 = 0x5eed_1007_6a2d;
 const PANIC_PREFIX: &str = "soak panic job ";
@@ -79,9 +90,66 @@ enum Submit {
     CancelMidRun,
 }
 
-/// A failure value that names its job, so a report can be traced back to it.
+/// Injected faults and calls back into the pool, by kind (all panics are also in
+/// `faults::INJECTED`).
+static WAKER_FAULTS: AtomicU64 = AtomicU64::new(0);
+static OUTPUT_FAULTS: AtomicU64 = AtomicU64::new(0);
+static REENTRANT_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Jobs admitted by `try_run` from wakers calling back into the pool, and how many of them
+/// ran; and jobs of `run` futures those wakers polled once and dropped, that ran.
+static REENTRANT_JOBS: AtomicU64 = AtomicU64::new(0);
+static REENTRANT_RAN: AtomicU64 = AtomicU64::new(0);
+static REENTRANT_RUN_RAN: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a fault of probability `p` strikes now; counted in `kind` when it does.
+fn strikes(p: f64, kind: &AtomicU64) -> bool {
+    let hit = p > 0.0 && fastrand::f64() < p;
+    if hit {
+        kind.fetch_add(1, Ordering::Relaxed);
+    }
+    hit
+}
+
+/// Makes a value's `Drop` panic when loopguard drops it: armed on the worker with the
+/// `--panic-outputs` probability, disarmed by a client that takes the value (its own drop
+/// is not loopguard's call).
+#[derive(Debug, Default)]
+struct Armed(bool);
+
+impl Armed {
+    fn new(p: f64) -> Armed {
+        Armed(p > 0.0 && fastrand::f64() < p)
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if self.0 && !std::thread::panicking() {
+            OUTPUT_FAULTS.fetch_add(1, Ordering::Relaxed);
+            faults::maybe_panic(1.0, "output drop");
+        }
+    }
+}
+
+/// A success value that names its job.
 #[derive(Debug)]
-struct Failure(#[allow(dead_code)] u64);
+struct Output {
+    id: u64,
+    armed: Armed,
+}
+
+/// A failure value that names its job, so a report can be traced back to it: its `Debug`
+/// is `Failure(ID)`.
+struct Failure {
+    id: u64,
+    armed: Armed,
+}
+
+impl std::fmt::Debug for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Failure({})", self.id)
+    }
+}
 
 struct Options {
     jobs: u64,
@@ -89,25 +157,31 @@ struct Options {
     seed: u64,
     json: bool,
     faults: Faults,
+    /// The run fails (exit code 3) if it has not finished after this long.
+    watchdog: Duration,
 }
 
-/// How likely each kind of code loopguard calls is to panic.
+/// How likely each kind of code loopguard calls is to panic (or, for `reenter`, to call
+/// back into the pool).
 #[derive(Debug, Default, Clone, Copy)]
 struct Faults {
     handler: f64,
     logger: f64,
     recorder: f64,
     wakers: f64,
+    outputs: f64,
+    reenter: f64,
 }
 
 impl Faults {
     fn any(&self) -> bool {
-        self.handler + self.logger + self.recorder + self.wakers > 0.0
+        self.handler + self.logger + self.recorder + self.wakers + self.outputs > 0.0
     }
 }
 
 const USAGE: &str = "usage: soak [--jobs N] [--workers W] [--seed S] [--json] [--faults P] \
-[--panic-handler P] [--panic-logger P] [--panic-recorder P] [--panic-wakers P]";
+[--panic-handler P] [--panic-logger P] [--panic-recorder P] [--panic-wakers P] \
+[--panic-outputs P] [--reenter P] [--watchdog SECS]";
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
@@ -116,6 +190,7 @@ fn parse_args() -> Result<Options, String> {
         seed: DEFAULT_SEED,
         json: false,
         faults: Faults::default(),
+        watchdog: Duration::from_secs(120),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -135,6 +210,9 @@ fn parse_args() -> Result<Options, String> {
             }
             "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--json" => options.json = true,
+            "--watchdog" => {
+                options.watchdog = Duration::from_secs(number("--watchdog", value("--watchdog")?)?)
+            }
             "--faults" => {
                 let p = probability("--faults", value("--faults")?)?;
                 *faults = Faults {
@@ -142,12 +220,16 @@ fn parse_args() -> Result<Options, String> {
                     logger: p,
                     recorder: p,
                     wakers: p,
+                    outputs: p,
+                    reenter: p,
                 };
             }
             "--panic-handler" => faults.handler = probability(&arg, value(&arg)?)?,
             "--panic-logger" => faults.logger = probability(&arg, value(&arg)?)?,
             "--panic-recorder" => faults.recorder = probability(&arg, value(&arg)?)?,
             "--panic-wakers" => faults.wakers = probability(&arg, value(&arg)?)?,
+            "--panic-outputs" => faults.outputs = probability(&arg, value(&arg)?)?,
+            "--reenter" => faults.reenter = probability(&arg, value(&arg)?)?,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
@@ -239,7 +321,8 @@ fn job(
     id: u64,
     outcome: Outcome,
     sleep: Duration,
-) -> Fallible<impl FnOnce() -> Result<u64, Failure> + Send + 'static> {
+    panic_outputs: f64,
+) -> Fallible<impl FnOnce() -> Result<Output, Failure> + Send + 'static> {
     Fallible(move || {
         let now = ledger.running[pool].fetch_add(1, Ordering::AcqRel) + 1;
         ledger.max_running[pool].fetch_max(now, Ordering::AcqRel);
@@ -248,12 +331,21 @@ fn job(
             std::thread::sleep(sleep);
         }
         ledger.running[pool].fetch_sub(1, Ordering::AcqRel);
+        let armed = Armed::new(panic_outputs);
         match outcome {
-            Outcome::Ok => Ok(id),
-            Outcome::Err => Err(Failure(id)),
+            Outcome::Ok => Ok(Output { id, armed }),
+            Outcome::Err => Err(Failure { id, armed }),
             Outcome::Panic => panic!("{PANIC_PREFIX}{id}"),
         }
     })
+}
+
+/// What every client works through: ids below `jobs`, drawn from `seed`, with `faults`.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    jobs: u64,
+    seed: u64,
+    faults: Faults,
 }
 
 #[derive(Debug, Default)]
@@ -268,12 +360,16 @@ fn bump(c: &Cell<u64>) {
     c.set(c.get() + 1);
 }
 
-/// Records what an awaiting caller got back.
-fn settle<E>(ledger: &Ledger, id: u64, result: Result<Result<u64, Failure>, E>, panicked: bool) {
+/// Records what an awaiting caller got back (and disarms it: the caller's own drop).
+fn settle<E>(ledger: &Ledger, id: u64, result: Result<Result<Output, Failure>, E>, panicked: bool) {
     match result {
-        Ok(Ok(got)) => assert_eq!(got, id, "job {id} returned another job's value"),
-        Ok(Err(Failure(got))) => {
-            assert_eq!(got, id, "job {id} failed with another job's error");
+        Ok(Ok(mut got)) => {
+            got.armed.0 = false;
+            assert_eq!(got.id, id, "job {id} returned another job's value");
+        }
+        Ok(Err(mut failure)) => {
+            failure.armed.0 = false;
+            assert_eq!(failure.id, id, "job {id} failed with another job's error");
             ledger.returned(id);
         }
         Err(_) if panicked => ledger.returned(id),
@@ -283,12 +379,13 @@ fn settle<E>(ledger: &Ledger, id: u64, result: Result<Result<u64, Failure>, E>, 
 
 async fn client(
     pools: [Pool; 2],
+    hostile: [Arc<hostile::Behaviour>; 2],
     ledger: Arc<Ledger>,
     next: Rc<Cell<u64>>,
-    jobs: u64,
-    seed: u64,
+    plan: Plan,
     tally: Rc<Tally>,
 ) {
+    let Plan { jobs, seed, faults } = plan;
     loop {
         let id = next.get();
         if id >= jobs {
@@ -317,19 +414,22 @@ async fn client(
         ledger.fails[id as usize].store(outcome != Outcome::Ok, Ordering::Relaxed);
         // A quarter of the jobs go to the pool whose handler logs.
         let which = usize::from(id % 4 == 3);
-        let body = job(ledger.clone(), which, id, outcome, sleep);
+        let body = job(ledger.clone(), which, id, outcome, sleep, faults.outputs);
         let pool = &pools[which];
+        // loopguard's futures see the hostile wakers (the client's own code does not).
+        let behaviour = &hostile[which];
+        let hostile = |future| hostile::Hostile::new(future, behaviour.clone());
 
         match submit {
             Submit::RunAwait => {
-                let result = pool.run(body).await;
+                let result = hostile(pool.run(body)).await;
                 let panicked = matches!(result, Err(RunError::Panicked(_)));
                 settle(&ledger, id, result, panicked);
                 bump(&tally.awaited);
             }
             Submit::TryAwait => match pool.try_run(body) {
                 Ok(handle) => {
-                    let result = handle.await;
+                    let result = hostile::Hostile::new(handle, behaviour.clone()).await;
                     let panicked = result.is_err();
                     settle(&ledger, id, result, panicked);
                     bump(&tally.awaited);
@@ -342,7 +442,7 @@ async fn client(
                 bump(&tally.cancelled_unstarted);
             }
             Submit::RunPollOnceDrop => {
-                let mut run = pin!(pool.run(body));
+                let mut run = pin!(hostile(pool.run(body)));
                 match future::poll_once(run.as_mut()).await {
                     Some(result) => {
                         let panicked = matches!(result, Err(RunError::Panicked(_)));
@@ -362,7 +462,7 @@ async fn client(
             },
             Submit::CancelMidRun => {
                 // Wait (as a caller would) until the job has started, then leave.
-                let mut run = pin!(pool.run(body));
+                let mut run = pin!(hostile(pool.run(body)));
                 let started = future::poll_fn(|cx| match run.as_mut().poll(cx) {
                     Poll::Ready(result) => Poll::Ready(Some(result)),
                     Poll::Pending if ledger.ran[id as usize].load(Ordering::Acquire) => {
@@ -475,23 +575,36 @@ fn main() -> ExitCode {
         }
     };
 
+    // A deadlock (a waker called under a lock that it re-enters, say) would hang the loop
+    // or a worker where no timeout can see it: a watchdog ends the run instead.
+    let watchdog_limit = options.watchdog;
+    std::thread::spawn(move || {
+        std::thread::sleep(watchdog_limit);
+        println!("FAIL: the soak did not finish within {watchdog_limit:?} (a deadlock?)");
+        std::process::exit(3);
+    });
+
     let clients = 4 * options.workers;
     let tally = Rc::new(Tally::default());
     let began = Instant::now();
     let executor = smol::LocalExecutor::new();
     let settled = smol::block_on(executor.run(async {
         let next = Rc::new(Cell::new(0u64));
+        let hostile = [0, 1].map(|which| hostile::Behaviour::new(&pools[which], faults));
         let tasks: Vec<_> = (0..clients)
             .map(|_| {
-                let client = client(
+                executor.spawn(client(
                     pools.clone(),
+                    hostile.clone(),
                     ledger.clone(),
                     next.clone(),
-                    jobs,
-                    options.seed,
+                    Plan {
+                        jobs,
+                        seed: options.seed,
+                        faults,
+                    },
                     tally.clone(),
-                );
-                executor.spawn(FaultyWakers::new(Box::pin(client), faults.wakers))
+                ))
             })
             .collect();
         for task in tasks {
@@ -554,6 +667,11 @@ fn main() -> ExitCode {
         .max();
     let max_running = max_running.unwrap_or(0);
 
+    let waker_faults = WAKER_FAULTS.load(Ordering::Relaxed);
+    let output_faults = OUTPUT_FAULTS.load(Ordering::Relaxed);
+    let reentrant_calls = REENTRANT_CALLS.load(Ordering::Relaxed);
+    let clone_retries = hostile::CLONE_RETRIES.load(Ordering::Relaxed);
+
     let mut problems = Vec::new();
     if !settled {
         problems.push("wait_idle did not resolve within 30 s".to_string());
@@ -563,6 +681,14 @@ fn main() -> ExitCode {
     }
     if faults.any() && injected == 0 {
         problems.push("faults were asked for, none was injected".to_string());
+    }
+    // Every injected panic is contained inside loopguard (and counted there), except a
+    // waker clone's, which comes out of the caller's own poll by design.
+    if injected != contained + clone_retries {
+        problems.push(format!(
+            "{injected} faults injected, loopguard contained {contained} panics \
+             (+{clone_retries} clone panics out of a poll)"
+        ));
     }
     if spurious > 0 {
         problems.push(format!(
@@ -580,8 +706,19 @@ fn main() -> ExitCode {
             options.workers
         ));
     }
-    if finished != ran {
-        problems.push(format!("pool counted {finished} finished jobs, {ran} ran"));
+    let reentrant_jobs = REENTRANT_JOBS.load(Ordering::Relaxed);
+    let reentrant_ran = REENTRANT_RAN.load(Ordering::Relaxed);
+    if reentrant_ran != reentrant_jobs {
+        problems.push(format!(
+            "{reentrant_jobs} jobs submitted from wakers, {reentrant_ran} ran"
+        ));
+    }
+    let reentrant_run_ran = REENTRANT_RUN_RAN.load(Ordering::Relaxed);
+    if finished != ran + reentrant_ran + reentrant_run_ran {
+        problems.push(format!(
+            "pool counted {finished} finished jobs, {ran} ran (+{} from wakers)",
+            reentrant_ran + reentrant_run_ran
+        ));
     }
     if orphaned_failures != reported + untraceable {
         problems.push(format!(
@@ -606,6 +743,12 @@ fn main() -> ExitCode {
         "leaked slots {leaked_slots}, lost failures {lost}, duplicated failures {duplicated}, \
          faults injected {injected} (loopguard contained {contained} panics), {secs:.2}s"
     );
+    println!(
+        "of the faults: wakers {waker_faults} (clone panics re-polled {clone_retries}), \
+         output drops {output_faults}; wakers called back into the pool {reentrant_calls} \
+         times ({reentrant_jobs} jobs admitted by try_run, {reentrant_ran} ran; \
+         {reentrant_run_ran} jobs of a run polled once ran)"
+    );
     for problem in &problems {
         println!("FAIL: {problem}");
     }
@@ -614,12 +757,218 @@ fn main() -> ExitCode {
             "{{\"jobs\":{jobs},\"secs\":{secs:.3},\"leaked_slots\":{leaked_slots},\
              \"lost_failures\":{lost},\"duplicated_failures\":{duplicated},\
              \"faults_injected\":{injected},\"contained_panics\":{contained},\
-             \"shutdown\":{shut_down}}}"
+             \"shutdown\":{shut_down},\"waker_faults\":{waker_faults},\
+             \"clone_retries\":{clone_retries},\"output_drop_faults\":{output_faults},\
+             \"reentrant_calls\":{reentrant_calls},\"reentrant_jobs\":{reentrant_jobs}}}"
         );
     }
     if leaked_slots == 0 && lost == 0 && duplicated == 0 && problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Wakers that misbehave wherever loopguard calls them: they panic in `wake` (after waking
+/// the task), in `clone` (before cloning) and in `drop` (after dropping), and their `wake`
+/// and `drop` call back into the pool first. `Wake` cannot make `clone` panic, hence a raw
+/// vtable (the demos library forbids `unsafe`; an example may use it).
+mod hostile {
+    use super::*;
+    use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+    use std::task::{Context, RawWaker, RawWakerVTable, Waker};
+
+    /// Clone panics that came out of a loopguard poll, after which the client polled again.
+    pub static CLONE_RETRIES: AtomicU64 = AtomicU64::new(0);
+
+    /// What the hostile wakers of one pool do besides waking.
+    pub struct Behaviour {
+        pool: Pool,
+        panic: f64,
+        reenter: f64,
+    }
+
+    impl Behaviour {
+        pub fn new(pool: &Pool, faults: Faults) -> Arc<Behaviour> {
+            Arc::new(Behaviour {
+                pool: pool.clone(),
+                panic: faults.wakers,
+                reenter: faults.reenter,
+            })
+        }
+
+        /// Panics (a fault) with the configured probability, unless this is the task's
+        /// own call.
+        fn fault(&self, what: &str) {
+            if !faults::is_own() && strikes(self.panic, &WAKER_FAULTS) {
+                faults::maybe_panic(1.0, what);
+            }
+        }
+
+        /// Calls back into the pool with the configured probability, unless this is the
+        /// task's own call: reads `in_use()`; submits a small job with `try_run` and drops
+        /// its `Job` at once (orphaning it); or polls a `run` of a small job once and drops
+        /// it (queueing in the gate under its lock, then leaving the line or orphaning the
+        /// job), so a waker called under any of the gate's or the job's locks would deadlock.
+        fn reenter(&self) {
+            if faults::is_own() || !strikes(self.reenter, &REENTRANT_CALLS) {
+                return;
+            }
+            match fastrand::u8(0..3) {
+                0 => {
+                    std::hint::black_box(self.pool.in_use());
+                }
+                1 => {
+                    let job = self.pool.try_run(|| {
+                        REENTRANT_RAN.fetch_add(1, Ordering::Relaxed);
+                    });
+                    if let Ok(job) = job {
+                        REENTRANT_JOBS.fetch_add(1, Ordering::Relaxed);
+                        drop(job);
+                    }
+                }
+                _ => {
+                    let mut run = self.pool.run(|| {
+                        REENTRANT_RUN_RAN.fetch_add(1, Ordering::Relaxed);
+                    });
+                    let mut cx = Context::from_waker(Waker::noop());
+                    let _ = Pin::new(&mut run).poll(&mut cx);
+                    drop(run);
+                }
+            }
+        }
+    }
+
+    /// What a hostile waker points to: the task's real waker and the pool's behaviour.
+    struct Inner {
+        real: Waker,
+        behaviour: Arc<Behaviour>,
+    }
+
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
+
+    fn waker(inner: Inner) -> Waker {
+        let data = Arc::into_raw(Arc::new(inner)).cast::<()>();
+        // SAFETY: `data` is a strong reference from `Arc::into_raw`, owned by the new waker;
+        // every vtable function below keeps to that (clone adds a reference, wake and drop
+        // give theirs back, wake_by_ref borrows), and `Inner` is `Send + Sync`.
+        unsafe { Waker::from_raw(RawWaker::new(data, &VTABLE)) }
+    }
+
+    /// # Safety
+    /// `data` is a live reference made by `waker` (or `clone`).
+    unsafe fn clone(data: *const ()) -> RawWaker {
+        // SAFETY: the waker being cloned holds its reference for the whole call.
+        let inner = unsafe { &*data.cast::<Inner>() };
+        // Before anything is made: a panicking clone leaks nothing.
+        inner.behaviour.fault("waker clone");
+        // SAFETY: as above; the count is given to the new waker.
+        unsafe { Arc::increment_strong_count(data.cast::<Inner>()) };
+        RawWaker::new(data, &VTABLE)
+    }
+
+    /// # Safety
+    /// As `clone`; this consumes the waker's reference.
+    unsafe fn wake(data: *const ()) {
+        // SAFETY: the waker's own reference, given back here (dropped even on a panic).
+        let inner = unsafe { Arc::from_raw(data.cast::<Inner>()) };
+        inner.behaviour.reenter();
+        inner.real.wake_by_ref();
+        inner.behaviour.fault("waker wake");
+    }
+
+    /// # Safety
+    /// As `clone`.
+    unsafe fn wake_by_ref(data: *const ()) {
+        // SAFETY: the waker holds its reference for the whole call.
+        let inner = unsafe { &*data.cast::<Inner>() };
+        inner.behaviour.reenter();
+        inner.real.wake_by_ref();
+        inner.behaviour.fault("waker wake");
+    }
+
+    /// # Safety
+    /// As `wake`.
+    unsafe fn drop_waker(data: *const ()) {
+        // SAFETY: the waker's own reference, given back here.
+        let inner = unsafe { Arc::from_raw(data.cast::<Inner>()) };
+        let behaviour = inner.behaviour.clone();
+        behaviour.reenter();
+        drop(inner);
+        behaviour.fault("waker drop");
+    }
+
+    /// Polls a loopguard future with a hostile waker. A `clone` panic that comes out of its
+    /// poll is caught and the future polled again (after waking the task); any other panic
+    /// goes on.
+    pub struct Hostile<F> {
+        inner: F,
+        behaviour: Arc<Behaviour>,
+        /// The task's waker and the hostile one made for it.
+        cached: Option<(Waker, Waker)>,
+    }
+
+    impl<F> Hostile<F> {
+        pub fn new(inner: F, behaviour: Arc<Behaviour>) -> Hostile<F> {
+            Hostile {
+                inner,
+                behaviour,
+                cached: None,
+            }
+        }
+    }
+
+    impl<F: Future + Unpin> Future for Hostile<F> {
+        type Output = F::Output;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+            let this = self.get_mut();
+            // A new hostile waker when the task's waker changed, and now and then anyway (as
+            // if the future moved to another task): loopguard then replaces the one it
+            // stored and drops it, outside its locks.
+            let moved = this.behaviour.panic > 0.0 && fastrand::f64() < this.behaviour.panic;
+            let same = matches!(&this.cached, Some((real, _)) if real.will_wake(cx.waker()));
+            if moved || !same {
+                let real = cx.waker().clone();
+                let hostile = waker(Inner {
+                    real: real.clone(),
+                    behaviour: this.behaviour.clone(),
+                });
+                let old = this.cached.replace((real, hostile));
+                faults::as_own(|| drop(old));
+            }
+            let Some((_, hostile)) = &this.cached else {
+                unreachable!("set above")
+            };
+            let inner = &mut this.inner;
+            let polled = catch_unwind(AssertUnwindSafe(|| {
+                Pin::new(inner).poll(&mut Context::from_waker(hostile))
+            }));
+            match polled {
+                Ok(poll) => poll,
+                Err(payload) if is_clone_fault(&*payload) => {
+                    CLONE_RETRIES.fetch_add(1, Ordering::Relaxed);
+                    faults::wake_own(cx.waker());
+                    Poll::Pending
+                }
+                Err(payload) => resume_unwind(payload),
+            }
+        }
+    }
+
+    impl<F> Drop for Hostile<F> {
+        fn drop(&mut self) {
+            // The task's own copy; the future's (loopguard's) go with `inner`, after this.
+            let cached = self.cached.take();
+            faults::as_own(|| drop(cached));
+        }
+    }
+
+    fn is_clone_fault(payload: &(dyn std::any::Any + Send)) -> bool {
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied());
+        message.is_some_and(|m| m == format!("{}: waker clone", faults::FAULT))
     }
 }

@@ -7,18 +7,17 @@
 //!   updates panic;
 //! - [`TracingLogger`]: a `log` logger that hands each record to a callback (the soak
 //!   traces orphan reports with it), then panics;
-//! - [`FaultyWakers`]: a future adapter that polls its inner future with a waker that wakes
-//!   the task, then panics;
-//! - [`maybe_panic`]: for an orphan handler of your own.
+//! - [`maybe_panic`]: for an orphan handler, a waker or an output's `Drop` of your own
+//!   (the soak's hostile wakers, which panic in `wake`, `clone` and `drop`, need a raw
+//!   waker vtable, so they live in the example, outside this `forbid(unsafe_code)` crate);
+//! - [`wake_own`] and [`as_own`]: the task's own calls, exempt from faults ([`is_own`]).
 //!
 //! The panics carry [`FAULT`] in their message, so a panic hook can keep them quiet.
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::Waker;
 
 use metrics::{CounterFn, GaugeFn, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
 
@@ -36,9 +35,26 @@ thread_local! {
 
 /// Wakes `waker` as the task's own code, without an injected fault.
 pub fn wake_own(waker: &Waker) {
-    OWN_WAKE.with(|own| own.set(true));
-    waker.wake_by_ref();
-    OWN_WAKE.with(|own| own.set(false));
+    as_own(|| waker.wake_by_ref());
+}
+
+/// Runs `f` as the task's own code (cloning or dropping its own waker, say): a hostile
+/// waker injects no fault meanwhile, on this thread.
+pub fn as_own<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the flag however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            OWN_WAKE.with(|own| own.set(self.0));
+        }
+    }
+    let _restore = Restore(OWN_WAKE.with(|own| own.replace(true)));
+    f()
+}
+
+/// Whether the calling thread is in [`as_own`] (or [`wake_own`]).
+pub fn is_own() -> bool {
+    OWN_WAKE.with(Cell::get)
 }
 
 /// Panics with probability `p` (0 to 1).
@@ -143,67 +159,4 @@ impl log::Log for TracingLogger {
     }
 
     fn flush(&self) {}
-}
-
-/// Polls a future with a waker that wakes the task, then panics with a probability.
-#[derive(Debug)]
-pub struct FaultyWakers<F> {
-    inner: F,
-    p: f64,
-    cached: Option<(Waker, Waker)>,
-}
-
-impl<F> FaultyWakers<F> {
-    /// Wraps `inner`; its wakers panic with probability `p` after waking.
-    pub fn new(inner: F, p: f64) -> FaultyWakers<F> {
-        FaultyWakers {
-            inner,
-            p,
-            cached: None,
-        }
-    }
-}
-
-struct Faulty {
-    real: Waker,
-    p: f64,
-}
-
-impl Wake for Faulty {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.real.wake_by_ref();
-        if !OWN_WAKE.with(Cell::get) {
-            maybe_panic(self.p, "waker");
-        }
-    }
-}
-
-impl<F: Future + Unpin> Future for FaultyWakers<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        if this.p == 0.0 {
-            return Pin::new(&mut this.inner).poll(cx);
-        }
-        let fresh = !matches!(&this.cached, Some((real, _)) if real.will_wake(cx.waker()));
-        if fresh {
-            let real = cx.waker().clone();
-            let faulty = Waker::from(Arc::new(Faulty {
-                real: real.clone(),
-                p: this.p,
-            }));
-            this.cached = Some((real, faulty));
-        }
-        let waker = this
-            .cached
-            .as_ref()
-            .map(|(_, w)| w.clone())
-            .expect("set above");
-        Pin::new(&mut this.inner).poll(&mut Context::from_waker(&waker))
-    }
 }

@@ -47,9 +47,17 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::mem;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::task::Waker;
 use std::time::Instant;
+
+// Under the crate's loom cfg (unit tests only) the key table's lock is loom's, so
+// `keyed/loom_model.rs` explores every interleaving of release, grant, cancel and sweep;
+// normal builds never see loom.
+#[cfg(all(test, loopguard_loom))]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(all(test, loopguard_loom)))]
+use std::sync::{Mutex, MutexGuard};
 
 use crate::demand::{DEFAULT_WINDOW, DemandCore};
 use crate::sync::{contain, wake};
@@ -647,3 +655,7 @@ impl<K> fmt::Debug for KeyedGate<K> {
             .finish()
     }
 }
+
+/// Exhaustive interleavings of release, grant, cancel and sweep, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

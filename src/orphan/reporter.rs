@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{OrphanHandler, Report, ReportKind};
 use crate::failure::{Classifier, Panicked};
-use crate::sync::{contain, drop_quietly};
+use crate::sync::{contain, drop_contained};
 use crate::telemetry::{self, Counted, ORPHANED_FAILURES_TOTAL};
 
 /// Where the outcomes of one pool's (or shield's) orphaned work go.
@@ -59,7 +59,8 @@ impl Reporter {
         elapsed: Duration,
     ) {
         let described = describe(&result, classify);
-        drop_quietly(result);
+        // The output's `Drop` is user code: contained and traced like every other call.
+        drop_contained("the Drop of an output nobody took", result);
         if let Some((kind, message)) = described {
             // Counted first, so a handler that looks at the pool's counters sees this one;
             // the recorder, user code, hears about it last.

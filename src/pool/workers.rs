@@ -5,11 +5,25 @@
 //! hand-off, not a backlog.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::sync::lock;
+// Under the crate's loom cfg (unit tests only) the queue's lock, the workers' condvars and
+// the spinners' counter are loom's, so `workers/loom_model.rs` explores every interleaving of
+// dispatch, spin, park, wake and close; normal builds never see loom.
+#[cfg(all(test, loopguard_loom))]
+use loom::sync::{Condvar, Mutex, MutexGuard, atomic::AtomicUsize};
+#[cfg(not(all(test, loopguard_loom)))]
+use std::sync::{Condvar, Mutex, MutexGuard, atomic::AtomicUsize};
+
+/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
+/// loom's).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// What a worker thread runs: an admitted job, which delivers or reports its own outcome
 /// and gives its slot back. Never unwinds.
@@ -179,6 +193,7 @@ impl Workers {
 
     /// Spins (yielding now and then) until a job is queued, `done()` holds, or the spin
     /// time has passed.
+    #[cfg(not(all(test, loopguard_loom)))]
     fn spin_for_work(&self, done: &impl Fn() -> bool) {
         let start = Instant::now();
         loop {
@@ -193,6 +208,14 @@ impl Workers {
             }
             std::thread::yield_now();
         }
+    }
+
+    /// Under loom, a spin is one look: whether it ends because it saw a job or because its
+    /// time ran out, the worker takes the lock and looks at the queue again, so the only
+    /// thing that matters is that the spin can end at any point, which loom explores.
+    #[cfg(all(test, loopguard_loom))]
+    fn spin_for_work(&self, done: &impl Fn() -> bool) {
+        let _ = self.pending.load(Ordering::Relaxed) != 0 || done();
     }
 
     /// Wakes every parked worker, so each one looks at whether it may exit.
@@ -236,3 +259,7 @@ impl Workers {
         Some(now.saturating_duration_since(self.start_of(oldest)))
     }
 }
+
+/// Exhaustive interleavings of dispatch, spin, park, wake and close, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

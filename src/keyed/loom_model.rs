@@ -1,0 +1,205 @@
+//! Exhaustive interleavings of the keyed hand-off, under loom: a permit's release (the
+//! grant to the oldest waiter), a waiter's poll, its cancel (the `Acquire` dropped) and the
+//! sweep of idle keys, racing.
+//!
+//! What every model checks: a released slot goes to the oldest waiter or back to the key;
+//! a waiter granted the slot just as it is cancelled passes it on; a waiter that saw
+//! `Pending` is woken when it is granted; the sweep never removes a key someone holds or
+//! waits for; at the end nothing is held, nothing waits, and the key admits again. Never a
+//! slot lost (the key would stay busy), never doubled (two permits at once).
+
+use super::*;
+use loom::sync::atomic::AtomicBool;
+use loom::thread;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Wake};
+use std::time::Duration;
+
+/// A waker that remembers it was woken.
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn flag() -> (Arc<Flag>, Waker) {
+    let flag = Arc::new(Flag(AtomicBool::new(false)));
+    (flag.clone(), Waker::from(flag))
+}
+
+const KEY: u32 = 1;
+
+/// A gate with key `KEY` held by the returned permit.
+fn held() -> (KeyedGate<u32>, KeyPermit<u32>) {
+    let gate = KeyedGate::new("model");
+    let permit = gate.try_acquire(KEY).expect("an idle key");
+    (gate, permit)
+}
+
+fn poll(acquire: &mut Acquire<u32>, waker: &Waker) -> Poll<KeyPermit<u32>> {
+    Pin::new(acquire).poll(&mut Context::from_waker(waker))
+}
+
+/// A waiter queued behind the held key, and the flag of its waker.
+fn queued(gate: &KeyedGate<u32>) -> (Acquire<u32>, Arc<Flag>, Waker) {
+    let mut acquire = gate.acquire(KEY);
+    let (woken, waker) = flag();
+    assert!(poll(&mut acquire, &waker).is_pending());
+    (acquire, woken, waker)
+}
+
+/// The permit is dropped on another thread.
+fn spawn_release(permit: KeyPermit<u32>) -> thread::JoinHandle<()> {
+    thread::spawn(move || drop(permit))
+}
+
+/// Polls a waiter that must have been granted: it was woken, and it gets its permit now.
+fn granted(acquire: &mut Acquire<u32>, woken: &Flag, waker: &Waker) -> KeyPermit<u32> {
+    assert!(
+        woken.0.load(Ordering::SeqCst),
+        "a granted waiter was not woken"
+    );
+    match poll(acquire, waker) {
+        Poll::Ready(permit) => permit,
+        Poll::Pending => panic!("a woken waiter was not granted"),
+    }
+}
+
+/// Nothing held, nothing waiting, and the key admits again.
+fn check_quiet(gate: &KeyedGate<u32>) {
+    assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (0, 0));
+    let again = gate.try_acquire(KEY).expect("the key admits again");
+    assert_eq!(gate.in_use(&KEY), 1);
+    drop(again);
+}
+
+/// A newcomer polls for the first time while the holder releases: it gets the slot at
+/// once, or it queues and is granted it with a wake-up.
+#[test]
+fn release_races_a_first_poll() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let releaser = spawn_release(permit);
+        let mut acquire = gate.acquire(KEY);
+        let (woken, waker) = flag();
+        let first = poll(&mut acquire, &waker);
+        releaser.join().unwrap();
+        let permit = match first {
+            Poll::Ready(permit) => permit,
+            Poll::Pending => granted(&mut acquire, &woken, &waker),
+        };
+        assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 0));
+        drop(permit);
+        check_quiet(&gate);
+    });
+}
+
+/// Two waiters; the release races the younger one's re-poll with a new waker: the slot
+/// goes to the oldest, the younger still waits, and is granted when the oldest is done.
+#[test]
+fn release_goes_to_the_oldest_waiter() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (mut oldest, oldest_woken, oldest_waker) = queued(&gate);
+        let (mut younger, _, _) = queued(&gate);
+        let releaser = spawn_release(permit);
+        let (younger_woken, younger_waker) = flag();
+        assert!(poll(&mut younger, &younger_waker).is_pending());
+        releaser.join().unwrap();
+        let first = granted(&mut oldest, &oldest_woken, &oldest_waker);
+        assert!(!younger_woken.0.load(Ordering::SeqCst));
+        assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 1));
+        drop(first);
+        drop(granted(&mut younger, &younger_woken, &younger_waker));
+        check_quiet(&gate);
+    });
+}
+
+/// Two waiters; the oldest is cancelled while the slot is released to it: the slot passes
+/// on to the younger, never lost, never doubled.
+#[test]
+fn cancel_races_release_and_passes_the_slot_on() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (oldest, _, _) = queued(&gate);
+        let (mut younger, younger_woken, younger_waker) = queued(&gate);
+        let releaser = spawn_release(permit);
+        drop(oldest);
+        releaser.join().unwrap();
+        assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 0));
+        drop(granted(&mut younger, &younger_woken, &younger_waker));
+        check_quiet(&gate);
+    });
+}
+
+/// The only waiter is cancelled while the slot is released to it: the slot goes back to
+/// the key.
+#[test]
+fn cancel_races_release_and_returns_the_slot() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (only, _, _) = queued(&gate);
+        let releaser = spawn_release(permit);
+        drop(only);
+        releaser.join().unwrap();
+        check_quiet(&gate);
+    });
+}
+
+/// A sweep of idle keys (as of an hour later: anything idle is removable) races the
+/// release to a waiter and the waiter's poll: the key, held or waited for throughout, is
+/// never removed under them, and the waiter gets the slot.
+#[test]
+fn sweep_races_release_and_poll() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (mut waiter, woken, waker) = queued(&gate);
+        let later = Instant::now() + Duration::from_secs(3600);
+        let sweeper = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.prune_at(later))
+        };
+        let releaser = spawn_release(permit);
+        let mine = match poll(&mut waiter, &waker) {
+            Poll::Ready(permit) => permit,
+            Poll::Pending => {
+                releaser.join().unwrap();
+                sweeper.join().unwrap();
+                let permit = granted(&mut waiter, &woken, &waker);
+                assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 0));
+                drop(permit);
+                check_quiet(&gate);
+                return;
+            }
+        };
+        releaser.join().unwrap();
+        sweeper.join().unwrap();
+        assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 0));
+        drop(mine);
+        check_quiet(&gate);
+    });
+}
+
+/// A sweep races the release and the only waiter's cancel: whether the sweep removes the
+/// idle key or not, nothing is held or waits afterwards and the key admits again.
+#[test]
+fn sweep_races_release_and_cancel() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (waiter, _, _) = queued(&gate);
+        let later = Instant::now() + Duration::from_secs(3600);
+        let sweeper = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.prune_at(later))
+        };
+        let releaser = spawn_release(permit);
+        drop(waiter);
+        releaser.join().unwrap();
+        sweeper.join().unwrap();
+        check_quiet(&gate);
+    });
+}
