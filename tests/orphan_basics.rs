@@ -72,9 +72,12 @@ on_every_executor! {
         let pool = pool_with(handler, 2);
         let err = pool.run(Fallible(|| -> Result<(), &str> { Err("mine") })).await.unwrap();
         assert_eq!(err, Err("mine"));
+        // A slot comes back just after its outcome is delivered: wait, then fail fast.
+        pool.wait_idle().await;
         let panicked = pool.try_run(|| -> () { panic!("also mine") }).unwrap().await;
         assert!(panicked.is_err());
         // Orphaned successes are not failures either.
+        pool.wait_idle().await;
         drop(pool.try_run(|| String::from("rendered")).unwrap());
         pool.wait_idle().await;
         assert!(seen.lock().unwrap().is_empty());
