@@ -19,8 +19,11 @@ fn nice() -> i32 {
 /// would read a different value.
 fn target() -> u8 {
     let own = nice();
-    assert!(own < 19, "the tests need a thread below nice 19, this one runs at {own}");
-    u8::try_from((own + 5).max(10).min(19)).expect("0..=19")
+    assert!(
+        own < 19,
+        "the tests need a thread below nice 19, this one runs at {own}"
+    );
+    u8::try_from((own + 5).clamp(10, 19)).expect("0..=19")
 }
 
 on_every_executor!(

@@ -52,8 +52,11 @@ impl Load {
 pub struct Run {
     /// Latencies of 200 answers, ms, sorted.
     pub served: Vec<f64>,
-    /// Latencies of 503 answers, ms, sorted.
+    /// Latencies of refusals (503 with `Retry-After`: no free slot), ms, sorted.
     pub rejected: Vec<f64>,
+    /// Latencies of budget expiries (503: the budget ran out before the walk finished),
+    /// ms, sorted.
+    pub expired: Vec<f64>,
     /// Answers that were neither, and failed requests.
     pub other: usize,
     /// What those were (a status, or the error), with how many of each.
@@ -225,7 +228,10 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             let ms = |r: &client::Response| r.elapsed.as_secs_f64() * 1e3;
             match result {
                 Ok(r) if r.status == 200 => run.served.push(ms(&r)),
-                Ok(r) if r.status == 503 => run.rejected.push(ms(&r)),
+                Ok(r) if r.status == 503 && r.header("retry-after").is_some() => {
+                    run.rejected.push(ms(&r))
+                }
+                Ok(r) if r.status == 503 && r.text().contains(EXPIRED) => run.expired.push(ms(&r)),
                 other => {
                     run.other += 1;
                     let kind = match other {
@@ -237,18 +243,28 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             }
         }
         run.healthz = healthz.into_inner();
-        for v in [&mut run.served, &mut run.rejected, &mut run.healthz] {
+        for v in [
+            &mut run.served,
+            &mut run.rejected,
+            &mut run.expired,
+            &mut run.healthz,
+        ] {
             v.sort_by(f64::total_cmp);
         }
         Ok(run)
     }))
 }
 
-/// The arguments that make a child serve `mode` (see [`serve_child`]).
+/// What the exporter says in a 503 whose budget ran out (a refusal has `Retry-After`).
+const EXPIRED: &str = "the budget ran out";
+
+/// The arguments that make a child serve `mode` (see [`serve_child`]), its workers at
+/// nice value `nice`.
 pub fn child_args(
     mode: Mode,
     series: usize,
     workers: usize,
+    nice: u8,
     delay: Duration,
     ttl: Duration,
 ) -> Vec<String> {
@@ -260,6 +276,8 @@ pub fn child_args(
         &series.to_string(),
         "--workers",
         &workers.to_string(),
+        "--worker-nice",
+        &nice.to_string(),
         "--walk-delay-ms",
         &ms(delay),
         "--cache-ttl-ms",
