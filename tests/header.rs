@@ -94,7 +94,10 @@ fn zero_offset_and_zero_default() {
         Duration::ZERO
     );
     // An offset longer than the timeout takes half of it; the default is never spent.
-    assert_eq!(scrape_budget(Some(b"10"), DEFAULT, Duration::MAX), ms(5_000));
+    assert_eq!(
+        scrape_budget(Some(b"10"), DEFAULT, Duration::MAX),
+        ms(5_000)
+    );
 }
 
 #[test]

@@ -31,11 +31,11 @@ fn lookup<'a>(headers: &'a [(&'a str, Vec<u8>)]) -> impl Fn(&str) -> Option<&'a 
 fn an_offset_that_uses_the_timeout_up_spends_half_of_it() {
     // (timeout, offset, budget) with a 30 s default.
     let table = [
-        (ms(400), ms(500), ms(200)),    // the Envoy caller: 200 ms, not 30 s
-        (ms(500), ms(500), ms(250)),    // an offset equal to the timeout
+        (ms(400), ms(500), ms(200)), // the Envoy caller: 200 ms, not 30 s
+        (ms(500), ms(500), ms(250)), // an offset equal to the timeout
         (ms(999), ms(500), Duration::from_micros(499_500)), // 499 ms would be under half
-        (ms(1_000), ms(500), ms(500)),  // exactly half: the two rules agree
-        (ms(1_001), ms(500), ms(501)),  // less than half: timeout - offset
+        (ms(1_000), ms(500), ms(500)), // exactly half: the two rules agree
+        (ms(1_001), ms(500), ms(501)), // less than half: timeout - offset
         (ms(10_000), ms(500), ms(9_500)),
         (ms(400), Duration::MAX, ms(200)), // however large the offset
         (Duration::from_nanos(1), ms(500), Duration::from_nanos(1)), // positive, rounded up
@@ -61,7 +61,11 @@ fn every_header_is_a_ceiling() {
     ];
     for (name, value, want) in alone {
         let headers = [(name, value.to_vec())];
-        assert_eq!(request_budget(lookup(&headers), DEFAULT, offset), want, "{name}");
+        assert_eq!(
+            request_budget(lookup(&headers), DEFAULT, offset),
+            want,
+            "{name}"
+        );
     }
     // A short Envoy timeout beside a long scrape timeout: the short one still caps it
     // (once the short one fell back to the default and the scrape's 9.5 s was spent).
