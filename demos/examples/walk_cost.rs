@@ -16,7 +16,7 @@
 //! reserved at the last rendering's size, then gzip from it (`registry::render_lean`, what
 //! the exporter's workers run). For each: the median walk CPU time of this thread
 //! (`CLOCK_THREAD_CPUTIME_ID`), and the allocations and bytes allocated per scrape (a
-//! counting global allocator). With `--json` the last line is machine-readable: `walks`
+//! counting global allocator), the two ways alternating round by round. With `--json` the last line is machine-readable: `walks`
 //! as before, and `scrapes` for the side by side.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -83,18 +83,17 @@ fn thread_cpu() -> Duration {
 /// One way of rendering a scrape.
 type Walk = fn(&PrometheusHandle, Encoding) -> std::io::Result<hyper::body::Bytes>;
 
-/// The median CPU time (ms), allocations and bytes allocated of one scrape walked by
-/// `walk`, over `rounds` walks after one to warm up (the lean walk's buffer is reserved by
-/// then, as on a worker that has walked before).
-fn scrape_cost(
-    handle: &PrometheusHandle,
-    walk: Walk,
-    encoding: Encoding,
-    rounds: usize,
-) -> (f64, u64, u64) {
-    let _ = walk(handle, encoding).expect("a walk");
-    let (mut cpu, mut allocations, mut bytes) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..rounds {
+/// What one scrape's walk cost: CPU time, allocations, bytes allocated.
+#[derive(Default)]
+struct Cost {
+    cpu: Vec<Duration>,
+    allocations: Vec<u64>,
+    bytes: Vec<u64>,
+}
+
+impl Cost {
+    /// One walk by `walk`, measured.
+    fn add(&mut self, handle: &PrometheusHandle, walk: Walk, encoding: Encoding) {
         let (a0, b0, t0) = (
             ALLOCATIONS.load(Ordering::Relaxed),
             ALLOCATED_BYTES.load(Ordering::Relaxed),
@@ -102,17 +101,43 @@ fn scrape_cost(
         );
         let body = walk(handle, encoding).expect("a walk");
         drop(body);
-        cpu.push(thread_cpu() - t0);
-        allocations.push(ALLOCATIONS.load(Ordering::Relaxed) - a0);
-        bytes.push(ALLOCATED_BYTES.load(Ordering::Relaxed) - b0);
+        self.cpu.push(thread_cpu() - t0);
+        self.allocations
+            .push(ALLOCATIONS.load(Ordering::Relaxed) - a0);
+        self.bytes
+            .push(ALLOCATED_BYTES.load(Ordering::Relaxed) - b0);
     }
-    allocations.sort_unstable();
-    bytes.sort_unstable();
-    (
-        median(cpu),
-        allocations[allocations.len() / 2],
-        bytes[bytes.len() / 2],
-    )
+
+    /// The medians: CPU ms, allocations, bytes.
+    fn medians(mut self) -> (f64, u64, u64) {
+        self.allocations.sort_unstable();
+        self.bytes.sort_unstable();
+        let mid = self.bytes.len() / 2;
+        (median(self.cpu), self.allocations[mid], self.bytes[mid])
+    }
+}
+
+/// The median costs of one scrape walked each way in `walks`, over `rounds` rounds after
+/// one to warm up (the lean walk's buffer is reserved by then, as on a worker that has
+/// walked before). Each round walks every way once, alternating which goes first, so a
+/// machine whose load changes slows both alike.
+fn scrape_costs<const N: usize>(
+    handle: &PrometheusHandle,
+    walks: [Walk; N],
+    encoding: Encoding,
+    rounds: usize,
+) -> [(f64, u64, u64); N] {
+    for walk in walks {
+        let _ = walk(handle, encoding).expect("a walk");
+    }
+    let mut costs: [Cost; N] = std::array::from_fn(|_| Cost::default());
+    for round in 0..rounds {
+        for i in 0..N {
+            let i = if round % 2 == 0 { i } else { N - 1 - i };
+            costs[i].add(handle, walks[i], encoding);
+        }
+    }
+    costs.map(Cost::medians)
 }
 
 const USAGE: &str = "walk_cost [--series 10000,100000] [--rounds 7] [--json]";
@@ -219,12 +244,15 @@ fn main() {
                 Encoding::Gzip => "gzip",
                 Encoding::Identity => "plain",
             };
-            let walks: [(&str, Walk); 2] = [("before", render_plain), ("after", render_lean)];
-            let costs = walks.map(|(walk_name, walk)| {
-                let (cpu_ms, allocations, bytes) = scrape_cost(&handle, walk, encoding, rounds);
-                println!("{name:>9} {walk_name:>7} {cpu_ms:>11.1} {allocations:>12} {bytes:>14}");
-                (walk_name, cpu_ms, allocations, bytes)
-            });
+            let measured = scrape_costs(&handle, [render_plain, render_lean], encoding, rounds);
+            let costs = [("before", measured[0]), ("after", measured[1])].map(
+                |(walk_name, (cpu_ms, allocations, bytes))| {
+                    println!(
+                        "{name:>9} {walk_name:>7} {cpu_ms:>11.1} {allocations:>12} {bytes:>14}"
+                    );
+                    (walk_name, cpu_ms, allocations, bytes)
+                },
+            );
             let (before, after) = (costs[0], costs[1]);
             println!(
                 "{name:>9}   after/before: CPU {:.2}x, allocations {:.2}x, bytes {:.2}x",
