@@ -114,7 +114,14 @@ pub struct ChildServer {
 /// Starts this executable with `args` (which must make it call [`serve_child`]) and
 /// waits for its address.
 pub fn spawn_child(args: &[String]) -> io::Result<ChildServer> {
-    let mut child = Command::new(std::env::current_exe()?)
+    spawn_server(&std::env::current_exe()?, args)
+}
+
+/// Starts `program` with `args` and waits for its address: any server that prints
+/// `listening on http://ADDR` first, serves until its stdin closes, then prints
+/// `{"walks":N,"peak_rss_kib":N}` (the Go reference in `demos/go/` does).
+pub fn spawn_server(program: &std::path::Path, args: &[String]) -> io::Result<ChildServer> {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -228,9 +235,7 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             let ms = |r: &client::Response| r.elapsed.as_secs_f64() * 1e3;
             match result {
                 Ok(r) if r.status == 200 => run.served.push(ms(&r)),
-                Ok(r) if r.status == 503 && r.header("retry-after").is_some() => {
-                    run.rejected.push(ms(&r))
-                }
+                Ok(r) if is_refusal(&r) => run.rejected.push(ms(&r)),
                 Ok(r) if r.status == 503 && r.text().contains(EXPIRED) => run.expired.push(ms(&r)),
                 other => {
                     run.other += 1;
@@ -257,6 +262,16 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
 
 /// What the exporter says in a 503 whose budget ran out (a refusal has `Retry-After`).
 const EXPIRED: &str = "the budget ran out";
+
+/// What client_golang's promhttp says in the 503 of `MaxRequestsInFlight` (it sends no
+/// `Retry-After`), for the side by side in `examples/promhttp_side_by_side.rs`.
+const PROMHTTP_REFUSAL: &str = "Limit of concurrent requests reached";
+
+/// Whether `r` is a refusal: a 503 sent at once because no slot was free. loopguard's
+/// carries `Retry-After`; promhttp's says so in its body.
+pub fn is_refusal(r: &client::Response) -> bool {
+    r.status == 503 && (r.header("retry-after").is_some() || r.text().contains(PROMHTTP_REFUSAL))
+}
 
 /// The arguments that make a child serve `mode` (see [`serve_child`]), its workers at
 /// nice value `nice`.
