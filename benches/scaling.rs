@@ -11,9 +11,15 @@
 //! - `scaling/keyed_keys/N`, N in 10, 10 000, 1 000 000: a `KeyedGate` of two slots per key
 //!   with N live keys (each held once, so every key has an entry); one iteration is a
 //!   `try_acquire` of a random key among the N, admitted, and its release.
+//!
+//! Printed beside them (stderr, not criterion ids): the resident memory per live key, and
+//! per waiter in line (a pool's `run`, a keyed `acquire`).
 
+use std::future::Future;
 use std::hint::black_box;
+use std::pin::Pin;
 use std::sync::{Arc, Barrier};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -57,6 +63,7 @@ fn run_jobs(pool: &Pool, callers: usize, jobs: u64) -> Duration {
 }
 
 fn try_run_threads(c: &mut Criterion) {
+    waiter_memory();
     let pool = Pool::builder()
         .name("scaling")
         .workers(WORKERS)
@@ -99,6 +106,78 @@ fn keyed_keys(c: &mut Criterion) {
         drop(held);
     }
     group.finish();
+}
+
+/// A waiter as an executor's task holds it.
+type Waiting = Pin<Box<dyn Future<Output = ()>>>;
+
+/// How many waiters [`waiter_memory`] parks.
+const WAITERS: usize = 100_000;
+
+/// Prints the resident memory per waiting caller: `WAITERS` `run` futures in line on a
+/// pool whose one slot is held, then as many `acquire` futures in line on one busy key of
+/// a `KeyedGate`. Each future is boxed (as an executor's task would hold it) and polled once
+/// with a no-op waker, so it is queued; the figure is the growth of `VmRSS` over the
+/// waiters, future and queue entry together.
+fn waiter_memory() {
+    let poll_all = |futures: &mut Vec<Waiting>| {
+        let mut cx = Context::from_waker(Waker::noop());
+        for future in futures.iter_mut() {
+            assert!(future.as_mut().poll(&mut cx).is_pending(), "a waiter waits");
+        }
+    };
+    let per = |before: Option<u64>| match (before, rss_kib()) {
+        (Some(before), Some(after)) => {
+            after.saturating_sub(before) as f64 * 1024.0 / WAITERS as f64
+        }
+        _ => f64::NAN,
+    };
+
+    let pool = Pool::builder()
+        .name("waiters")
+        .workers(1)
+        .build()
+        .expect("a pool");
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let holder = pool
+        .try_run(move || held.recv().ok())
+        .expect("the one slot");
+    let rss = rss_kib();
+    let mut futures: Vec<Waiting> = (0..WAITERS)
+        .map(|_| {
+            let run = pool.run(|| black_box(1_u64));
+            Box::pin(async move {
+                let _ = run.await;
+            }) as Waiting
+        })
+        .collect();
+    poll_all(&mut futures);
+    assert_eq!(pool.waiting(), WAITERS);
+    let run_bytes = per(rss);
+    // Kept until the keyed waiters are counted: memory they freed would be reused.
+    let run_waiters = futures;
+
+    let gate = KeyedGate::new("waiters");
+    let permit = gate.try_acquire(0_u64).expect("a fresh key");
+    let rss = rss_kib();
+    let mut futures: Vec<Waiting> = (0..WAITERS)
+        .map(|_| {
+            let acquire = gate.acquire(0_u64);
+            Box::pin(async move {
+                drop(acquire.await);
+            }) as Waiting
+        })
+        .collect();
+    poll_all(&mut futures);
+    let keyed_bytes = per(rss);
+    drop(futures);
+    drop(permit);
+    drop(run_waiters);
+    release.send(()).expect("the holder");
+    futures_lite::future::block_on(holder).expect("the holder ran");
+    eprintln!(
+        "scaling: resident memory per waiter ({WAITERS} in line, boxed future and queue entry): pool run {run_bytes:.0} bytes, keyed acquire {keyed_bytes:.0} bytes"
+    );
 }
 
 /// This process's resident set in KiB (`VmRSS`), where the system says.
