@@ -23,7 +23,7 @@
 //! by side in the same run.
 //!
 //! Reported per run: served (200), rejected (503 + `Retry-After`: refused at once, no free
-//! slot) and expired (503: the scrape's budget ran out first) counts and latencies, walks run,
+//! slot) and expired (504: the scrape's budget ran out first) counts and latencies, walks run,
 //! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
 //! `modes` (the burst on the largest registry at the first `--worker-nice`, as before) and
 //! `runs` (every run, with its `worker_nice`; `null` for modes without a pool); latencies
@@ -303,7 +303,7 @@ fn main() {
     }
     let failed: usize = rows.iter().map(|r| r.run.other).sum();
     if failed > 0 {
-        println!("({failed} answers were neither 200 nor 503, or failed:");
+        println!("({failed} answers were neither 200, a refusal nor an expiry, or failed:");
         for row in rows.iter().filter(|r| r.run.other > 0) {
             for (kind, n) in &row.run.other_kinds {
                 let (series, load) = (row.series, row.load.name());

@@ -54,7 +54,7 @@ pub struct Run {
     pub served: Vec<f64>,
     /// Latencies of refusals (503 with `Retry-After`: no free slot), ms, sorted.
     pub rejected: Vec<f64>,
-    /// Latencies of budget expiries (503: the budget ran out before the walk finished),
+    /// Latencies of budget expiries (504: the budget ran out before the walk finished),
     /// ms, sorted.
     pub expired: Vec<f64>,
     /// Answers that were neither, and failed requests.
@@ -236,7 +236,10 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             match result {
                 Ok(r) if r.status == 200 => run.served.push(ms(&r)),
                 Ok(r) if is_refusal(&r) => run.rejected.push(ms(&r)),
-                Ok(r) if r.status == 503 && r.text().contains(EXPIRED) => run.expired.push(ms(&r)),
+                // 504 since the exporter gave expiries a status of their own; 503 before.
+                Ok(r) if matches!(r.status, 503 | 504) && r.text().contains(EXPIRED) => {
+                    run.expired.push(ms(&r))
+                }
                 other => {
                     run.other += 1;
                     let kind = match other {
@@ -260,7 +263,7 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
     }))
 }
 
-/// What the exporter says in a 503 whose budget ran out (a refusal has `Retry-After`).
+/// What the exporter says in the 504 of a scrape whose budget ran out.
 const EXPIRED: &str = "the budget ran out";
 
 /// What client_golang's promhttp says in the 503 of `MaxRequestsInFlight` (it sends no

@@ -1,5 +1,5 @@
-//! The storm tells its two kinds of 503 apart: a refusal (no free slot, `Retry-After`)
-//! counts as `rejected`, a scrape whose budget ran out first as `expired`.
+//! The storm tells a refusal from an expiry: a 503 with `Retry-After` (no free slot)
+//! counts as `rejected`, a 504 (the scrape's budget ran out first) as `expired`.
 
 use std::sync::Arc;
 use std::time::Duration;
