@@ -233,11 +233,10 @@ impl PoolBuilder {
     /// without it.
     ///
     /// It is off by default, by measurement: the same value that lets the loop win lets
-    /// every other process on the machine win too. In six storms on a shared 2-vCPU
+    /// every other process on the machine win too. In seven storms on a shared 2-vCPU
     /// machine, workers at nice 10 refused and answered `/healthz` faster under a
-    /// sustained load in all six, but in two of them served fewer scrapes (17 and 18
-    /// against 26) with a worse p99, losing the CPU to the load generator and other
-    /// builds. Turn it on where the walks compete with their own loop rather than with
+    /// sustained load in six, but in two of them served fewer scrapes (17 and 18 against
+    /// 26) with a worse p99, losing the CPU to the load generator and other builds. Turn it on where the walks compete with their own loop rather than with
     /// neighbours (a container of its own; the demos' exporter does).
     ///
     /// On Linux each worker sets its own nice value when it starts
