@@ -481,9 +481,14 @@ fn workers_run_at_the_nice_value_it_is_given() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    // The loop (the main thread, named after the binary) keeps the process's own value.
+    // The loop (the main thread, named after the binary, and any helper thread it starts
+    // unnamed) keeps the process's own value.
     let main = thread_nice(pid, "registry_export");
-    assert_eq!(main, vec![("registry_export".to_string(), i64::from(own))]);
+    assert!(!main.is_empty());
+    assert!(
+        main.iter().all(|(_, nice)| *nice == i64::from(own)),
+        "{main:?}"
+    );
 }
 
 /// Raises the open-file limit to at least `wanted` if the hard limit allows; the limit now.
