@@ -15,9 +15,11 @@
 //! not UTF-8) is ignored. Parsing never panics.
 //!
 //! A budget is `min(default, timeout - offset)`: the server's own default, cut by what the
-//! caller said less an `offset` kept for encoding, sending and parsing the answer. A
-//! timeout the offset uses up leaves the default. [`request_deadline`] spends the earliest
-//! of all three headers at once.
+//! caller said less an `offset` kept for encoding, sending and parsing the answer. The
+//! offset never takes more than half of the caller's timeout, so a budget is never above
+//! any timeout the caller sent: a `400 ms` timeout with a `500 ms` offset is a `200 ms`
+//! budget, never the server's default (see [`budget`] for why not a refusal).
+//! [`request_deadline`] spends the earliest of all three headers at once.
 //!
 //! The other way round, a server that turns a caller away says when to come back in
 //! [`RETRY_AFTER_HEADER`]; [`retry_after`] reads it, with the same never-panic rules, for a
@@ -150,8 +152,28 @@ pub fn grpc_timeout(value: &[u8]) -> Option<Duration> {
     positive(timeout)
 }
 
-/// `min(default, timeout - offset)`; `default` when there is no timeout or `offset` uses
-/// it up. Never exceeds `default`, and is greater than zero whenever `default` is.
+/// How long to spend on a request whose caller sent `timeout`: `min(default, timeout -
+/// offset)`, where the offset takes at most half of the timeout; `default` when there is
+/// no timeout.
+///
+/// # Ceilings
+///
+/// A timeout the caller sent is a ceiling: the budget never exceeds it, whatever the
+/// offset. When the offset would use more than half of it (a `400 ms` timeout against a
+/// `500 ms` offset), the budget is the timeout's second half, rounded up to the
+/// nanosecond: the first half is kept for sending the answer, as the offset would have
+/// been. That is also how the budget grows with the timeout: continuously, never
+/// shrinking when the caller allows more (`0.4 s` gives 200 ms, `0.75 s` 375 ms, `1 s`
+/// 500 ms, `10 s` 9.5 s with a 500 ms offset).
+///
+/// Why not the server's default, as blackbox_exporter does? Behind a mesh that retries, a
+/// 400 ms caller given a 30 s budget starts a walk it gave up on long ago, and its retry
+/// on another replica starts another. Why not refuse at once? A short caller is often
+/// served in time (a cached answer, a quick job, an idle pool); half its time is a fair
+/// guess, and a request that cannot finish in it is refused when the budget runs out.
+///
+/// The budget is greater than zero whenever `default` is (a timeout is positive), and
+/// never exceeds `default`.
 ///
 /// # Examples
 ///
@@ -161,13 +183,17 @@ pub fn grpc_timeout(value: &[u8]) -> Option<Duration> {
 ///
 /// let (default, offset) = (Duration::from_secs(30), Duration::from_millis(500));
 /// assert_eq!(budget(Some(Duration::from_secs(10)), default, offset), Duration::from_millis(9500));
-/// assert_eq!(budget(Some(Duration::from_millis(400)), default, offset), default);
+/// // The offset would use the caller's 400 ms up: half of it is spent, not the default.
+/// assert_eq!(budget(Some(Duration::from_millis(400)), default, offset), Duration::from_millis(200));
+/// assert_eq!(budget(Some(Duration::from_secs(60)), default, offset), default);
 /// assert_eq!(budget(None, default, offset), default);
 /// ```
 pub fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) -> Duration {
-    match timeout.and_then(|t| t.checked_sub(offset)) {
-        Some(budget) if !budget.is_zero() => budget.min(default),
-        _ => default,
+    match timeout {
+        // `timeout - timeout / 2` is at least half the timeout, rounded up: positive for
+        // any positive timeout, and never above it.
+        Some(timeout) => (timeout - offset.min(timeout / 2)).min(default),
+        None => default,
     }
 }
 
@@ -185,7 +211,8 @@ pub fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) ->
 ///
 /// assert_eq!(scrape_budget(Some(b"10"), default, margin), Duration::from_millis(9500));
 /// assert_eq!(scrape_budget(Some(b"120"), default, margin), default);
-/// assert_eq!(scrape_budget(Some(b"0.25"), default, margin), default);
+/// // The margin would use 0.25 s up: half of it is spent, never more than the caller's.
+/// assert_eq!(scrape_budget(Some(b"0.25"), default, margin), Duration::from_millis(125));
 /// assert_eq!(scrape_budget(Some(b"soon"), default, margin), default);
 /// assert_eq!(scrape_budget(None, default, margin), default);
 /// ```
@@ -244,8 +271,9 @@ pub fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) 
 }
 
 /// The budget of a request that may carry any of the three headers: [`budget`] of the
-/// earliest valid timeout among them. `lookup` returns a header's raw value by name
-/// (matching names case-insensitively, as HTTP header maps do).
+/// earliest valid timeout among them, so never above any timeout the request sent.
+/// `lookup` returns a header's raw value by name (matching names case-insensitively, as
+/// HTTP header maps do).
 ///
 /// # Examples
 ///

@@ -416,11 +416,79 @@ fn bad_flags_exit_2_with_the_usage() {
         &["--series", "many"],
         &["--nope", "1"],
         &["--listen"],
+        &["--worker-nice", "20"],
     ] {
         let out = Command::new(&exporter_bin).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage: registry_exporter"));
     }
+}
+
+/// The nice value of each thread of process `pid` whose name starts with `prefix`, read
+/// from `/proc` (field 19 of `stat`).
+#[cfg(target_os = "linux")]
+fn thread_nice(pid: u32, prefix: &str) -> Vec<(String, i64)> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The name may hold spaces or parentheses: the fields start after the last ')'.
+        let fields: Vec<&str> = match stat.rsplit_once(')') {
+            Some((_, rest)) => rest.split_whitespace().collect(),
+            None => continue,
+        };
+        if comm.trim().starts_with(prefix) {
+            // `rest` starts at field 3 (state): nice, field 19, is its 17th.
+            found.push((comm.trim().to_string(), fields[16].parse().unwrap()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn workers_run_at_the_nice_value_it_is_given() {
+    let own = rustix::process::getpriority_process(None).unwrap();
+    assert!(
+        own < 7,
+        "this test needs a process below nice 7, it runs at {own}"
+    );
+    let exporter = Exporter::start(&["--workers", "2", "--worker-nice", "7", "--series", "10"]);
+    assert_eq!(exporter.get("/metrics", &[]).status, 200);
+    // Thread names are cut to 15 bytes in `comm`: `registry-serve-0`, `-1` and `-monitor`
+    // all read `registry-serve-`. The two workers lower their priority as they start (wait
+    // until both have); the stuck-job monitor keeps the process's own.
+    let pid = exporter.child.id();
+    let pool_threads = || {
+        let mut nice: Vec<i64> = thread_nice(pid, "registry-serve-")
+            .into_iter()
+            .map(|(_, nice)| nice)
+            .collect();
+        nice.sort_unstable();
+        nice
+    };
+    let want = vec![i64::from(own), 7, 7];
+    let began = Instant::now();
+    while pool_threads() != want {
+        assert!(
+            began.elapsed() < PATIENCE,
+            "pool threads at {:?}, want {want:?}",
+            pool_threads()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The loop (the main thread, named after the binary, and any helper thread it starts
+    // unnamed) keeps the process's own value.
+    let main = thread_nice(pid, "registry_export");
+    assert!(!main.is_empty());
+    assert!(
+        main.iter().all(|(_, nice)| *nice == i64::from(own)),
+        "{main:?}"
+    );
 }
 
 /// Raises the open-file limit to at least `wanted` if the hard limit allows; the limit now.

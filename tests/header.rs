@@ -23,8 +23,11 @@ fn values_that_count() {
     // (header, expected budget) with default 30 s and offset 0.5 s.
     let table: &[(&[u8], Duration)] = &[
         (b"10", ms(9_500)),  // Prometheus' usual form
-        (b"0.5", DEFAULT),   // offset leaves nothing: default stands
-        (b"0.75", ms(250)),  // offset leaves something
+        (b"0.5", ms(250)),   // the offset would use it all: half of it is spent
+        (b"0.4", ms(200)),   // shorter than the offset: half of it, never the default
+        (b"1", ms(500)),     // the offset takes exactly half
+        (b"0.75", ms(375)),  // the offset would take more than half: half is spent
+        (b"1.5", ms(1_000)), // the offset takes less than half: timeout - offset
         (b"9.5", ms(9_000)), // fractional seconds
         (b"1e1", ms(9_500)), // exponent form
         (b"1E1", ms(9_500)),
@@ -54,8 +57,6 @@ fn values_that_are_ignored() {
         b"-0",
         b"-1",
         b"-0.5",
-        b"0.5",   // equal to the offset: nothing left
-        b"0.4",   // less than the offset
         b"1e-12", // rounds to zero nanoseconds
         b"NaN",
         b"nan",
@@ -92,7 +93,11 @@ fn zero_offset_and_zero_default() {
         scrape_budget(Some(b"10"), Duration::ZERO, OFFSET),
         Duration::ZERO
     );
-    assert_eq!(scrape_budget(Some(b"10"), DEFAULT, Duration::MAX), DEFAULT);
+    // An offset longer than the timeout takes half of it; the default is never spent.
+    assert_eq!(
+        scrape_budget(Some(b"10"), DEFAULT, Duration::MAX),
+        ms(5_000)
+    );
 }
 
 #[test]
@@ -138,11 +143,13 @@ proptest! {
         let text = if exp { format!("{x:e}") } else { format!("{x}") };
         let raw = format!("{:pad$}{text}{:pad$}", "", "");
         check(raw.as_bytes(), default, offset)?;
-        // A value that counts gives exactly min(default, value - offset).
-        if let Ok(value) = Duration::try_from_secs_f64(x) {
-            if let Some(left) = value.checked_sub(offset).filter(|d| !d.is_zero()) {
-                prop_assert_eq!(scrape_budget(Some(raw.as_bytes()), default, offset),
-                                left.min(default));
+        // A value that counts gives exactly min(default, value - offset) while the offset
+        // takes at most half of it, and never more than the value itself.
+        if let Some(value) = Duration::try_from_secs_f64(x).ok().filter(|v| !v.is_zero()) {
+            let got = scrape_budget(Some(raw.as_bytes()), default, offset);
+            prop_assert!(got <= value, "{got:?} above the caller's {value:?}");
+            if offset <= value / 2 {
+                prop_assert_eq!(got, (value - offset).min(default));
             }
         }
     }

@@ -111,7 +111,7 @@ fn grpc_values() {
 #[test]
 fn budgets_and_deadlines() {
     assert_eq!(budget(envoy_timeout(b"2000"), DEFAULT, OFFSET), ms(1_500));
-    assert_eq!(budget(envoy_timeout(b"500"), DEFAULT, OFFSET), DEFAULT);
+    assert_eq!(budget(envoy_timeout(b"500"), DEFAULT, OFFSET), ms(250));
     assert_eq!(budget(envoy_timeout(b"60000"), DEFAULT, OFFSET), DEFAULT);
     assert_eq!(
         budget(grpc_timeout(b"1S"), DEFAULT, Duration::ZERO),

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example storm -- [--scrapes 64] [--rate 40] [--secs 5] [--workers 2]
-//!     [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
+//!     [--worker-nice 10] [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
 //!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]
 //! ```
 //!
@@ -18,9 +18,15 @@
 //! - `loopguard_coalesced`: the same pool behind a `Refresh`: concurrent scrapes share a walk;
 //! - `on_loop`: `render()` on the loop thread itself.
 //!
-//! Reported per run: served (200) and rejected (503) counts and latencies, walks run,
+//! The pool's workers run at nice value `--worker-nice` (default 10: below the loop; 0: the
+//! loop's own). A list (`--worker-nice 0,10`) runs each loopguard mode once per value, side
+//! by side in the same run.
+//!
+//! Reported per run: served (200), rejected (503 + `Retry-After`: refused at once, no free
+//! slot) and expired (504: the scrape's budget ran out first) counts and latencies, walks run,
 //! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
-//! `modes` (the burst on the largest registry, as before) and `runs` (every run); latencies
+//! `modes` (the burst on the largest registry at the first `--worker-nice`, as before) and
+//! `runs` (every run, with its `worker_nice`; `null` for modes without a pool); latencies
 //! of a category with no answers print `-` in the table and `0.0` in JSON. `--svg FILE` draws
 //! the burst latencies on the largest registry.
 
@@ -31,7 +37,7 @@ use loopguard_demos::exporter::{Config, Mode};
 use loopguard_demos::storm::{Load, Run, child_args, drive, quantile, serve_child, spawn_child};
 use loopguard_demos::{chart, cli};
 
-const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] \
+const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] [--worker-nice 10] \
 [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop] \
 [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]";
 
@@ -41,6 +47,7 @@ struct Options {
     rate: u32,
     secs: u32,
     workers: usize,
+    worker_nice: Vec<u8>,
     series: Vec<usize>,
     modes: Vec<Mode>,
     walk_delay: Duration,
@@ -64,6 +71,7 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
         rate: 40,
         secs: 5,
         workers: 2,
+        worker_nice: vec![loopguard_demos::exporter::DEFAULT_WORKER_NICE],
         series: vec![10_000, 100_000],
         modes: all.to_vec(),
         walk_delay: Duration::ZERO,
@@ -81,6 +89,9 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
             "--rate" => o.rate = args.value(&flag, inline)?,
             "--secs" => o.secs = args.value(&flag, inline)?,
             "--workers" => o.workers = args.value(&flag, inline)?,
+            "--worker-nice" => {
+                o.worker_nice = cli::list(&flag, &args.value::<String>(&flag, inline)?)?
+            }
             "--series" => o.series = cli::list(&flag, &args.value::<String>(&flag, inline)?)?,
             "--modes" => {
                 let names: Vec<String> = cli::list(&flag, &args.value::<String>(&flag, inline)?)?;
@@ -106,6 +117,9 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
         let max = loopguard::pool::MAX_WORKERS;
         return Err(format!("--workers must be between 1 and {max}"));
     }
+    if o.worker_nice.is_empty() || o.worker_nice.iter().any(|&n| n > 19) {
+        return Err("--worker-nice: 0 to 19 each".into());
+    }
     if o.series.is_empty() || o.series.iter().any(|&n| n > 10_000_000) || o.modes.is_empty() {
         return Err("--series: 1 to 10000000 each; --modes: at least one".into());
     }
@@ -121,14 +135,22 @@ struct Row {
     series: usize,
     load: Load,
     mode: Mode,
+    /// The workers' nice value; `None` for modes without a pool.
+    nice: Option<u8>,
     run: Run,
 }
 
-fn run_once(o: &Options, series: usize, mode: Mode, load: Load) -> io::Result<Run> {
+/// Whether `mode` walks on a loopguard pool (and so has a worker nice value).
+fn pooled(mode: Mode) -> bool {
+    matches!(mode, Mode::Loopguard | Mode::LoopguardCoalesced)
+}
+
+fn run_once(o: &Options, series: usize, mode: Mode, nice: u8, load: Load) -> io::Result<Run> {
     let server = spawn_child(&child_args(
         mode,
         series,
         o.workers,
+        nice,
         o.walk_delay,
         o.cache_ttl,
     ))?;
@@ -150,15 +172,19 @@ fn ms(sorted: &[f64], q: f64) -> String {
     }
 }
 
-fn json_object(name: &str, run: &Run, extra: &str) -> String {
+fn json_object(row: &Row, extra: &str) -> String {
+    let (name, run) = (row.mode.name(), &row.run);
+    let nice = row.nice.map_or("null".to_string(), |n| n.to_string());
     format!(
-        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{}}}",
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice}}}",
         run.served.len(),
         run.rejected.len(),
+        run.expired.len(),
         run.walks,
         quantile(&run.served, 0.5),
         quantile(&run.served, 0.99),
         quantile(&run.rejected, 0.99),
+        quantile(&run.expired, 0.99),
         quantile(&run.healthz, 0.99).min(1e12),
         run.peak_rss_kib as f64 / 1024.0,
         run.other,
@@ -174,6 +200,7 @@ fn main() {
         let config = Config {
             listen: ([127, 0, 0, 1], 0).into(),
             workers: o.workers,
+            worker_nice: o.worker_nice[0],
             series: o.series[0],
             walk_delay: o.walk_delay,
             cache_ttl: match mode {
@@ -193,11 +220,12 @@ fn main() {
     }
     let encoding = if o.plain { "plain" } else { "gzip" };
     println!(
-        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
+        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers at nice {:?}, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
         o.scrapes,
         o.rate,
         o.secs,
         o.workers,
+        o.worker_nice,
         o.series,
         o.walk_delay.as_millis(),
         o.cache_ttl.as_millis()
@@ -213,17 +241,25 @@ fn main() {
     for &series in &o.series {
         for load in loads {
             for &mode in &o.modes {
-                eprintln!("{series} series, {}, {}...", load.name(), mode.name());
-                match run_once(&o, series, mode, load) {
-                    Ok(run) => rows.push(Row {
-                        series,
-                        load,
-                        mode,
-                        run,
-                    }),
-                    Err(err) => {
-                        eprintln!("storm: {}: {err}", mode.name());
-                        std::process::exit(1);
+                let nices: Vec<Option<u8>> = match pooled(mode) {
+                    true => o.worker_nice.iter().copied().map(Some).collect(),
+                    false => vec![None],
+                };
+                for nice in nices {
+                    let at = nice.map_or(String::new(), |n| format!(", nice {n}"));
+                    eprintln!("{series} series, {}, {}{at}...", load.name(), mode.name());
+                    match run_once(&o, series, mode, nice.unwrap_or(0), load) {
+                        Ok(run) => rows.push(Row {
+                            series,
+                            load,
+                            mode,
+                            nice,
+                            run,
+                        }),
+                        Err(err) => {
+                            eprintln!("storm: {}: {err}", mode.name());
+                            std::process::exit(1);
+                        }
                     }
                 }
             }
@@ -231,12 +267,14 @@ fn main() {
     }
     println!();
     println!(
-        "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "{:>7} {:<9} {:<20} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
         "series",
         "load",
         "mode",
+        "nice",
         "served",
         "rejected",
+        "expired",
         "walks",
         "served p50",
         "served p99",
@@ -247,12 +285,14 @@ fn main() {
     for row in &rows {
         let r = &row.run;
         println!(
-            "{:>7} {:<9} {:<20} {:>6} {:>8} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
+            "{:>7} {:<9} {:<20} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
             row.series,
             row.load.name(),
             row.mode.name(),
+            row.nice.map_or("-".to_string(), |n| n.to_string()),
             r.served.len(),
             r.rejected.len(),
+            r.expired.len(),
             r.walks,
             ms(&r.served, 0.5),
             ms(&r.served, 0.99),
@@ -263,7 +303,7 @@ fn main() {
     }
     let failed: usize = rows.iter().map(|r| r.run.other).sum();
     if failed > 0 {
-        println!("({failed} answers were neither 200 nor 503, or failed:");
+        println!("({failed} answers were neither 200, a refusal nor an expiry, or failed:");
         for row in rows.iter().filter(|r| r.run.other > 0) {
             for (kind, n) in &row.run.other_kinds {
                 let (series, load) = (row.series, row.load.name());
@@ -283,10 +323,33 @@ fn main() {
             twin.filter(|u| !row.run.served.is_empty() && !u.run.served.is_empty())
         {
             let ratio = quantile(&unbounded.run.served, 0.99) / quantile(&row.run.served, 0.99);
+            let at = row.nice.map_or(String::new(), |n| format!(" (nice {n})"));
             println!(
-                "{} series, {}: loopguard's served p99 is {ratio:.1}x better than unbounded's",
+                "{} series, {}: loopguard's served p99{at} is {ratio:.1}x better than unbounded's",
                 row.series,
                 row.load.name()
+            );
+        }
+    }
+    // Workers below the loop against workers at its priority, same mode, same run.
+    for row in rows.iter().filter(|r| r.nice.is_some_and(|n| n > 0)) {
+        let twin = rows.iter().find(|u| {
+            u.nice == Some(0) && u.mode == row.mode && u.series == row.series && u.load == row.load
+        });
+        if let Some(base) = twin {
+            let p99 = |v: &[f64]| ms(v, 0.99);
+            println!(
+                "{} series, {}, {}: nice {} against 0: 503 p99 {} against {}, healthz p99 {} against {}, served p99 {} against {}",
+                row.series,
+                row.load.name(),
+                row.mode.name(),
+                row.nice.unwrap_or(0),
+                p99(&row.run.rejected),
+                p99(&base.run.rejected),
+                p99(&row.run.healthz),
+                p99(&base.run.healthz),
+                p99(&row.run.served),
+                p99(&base.run.served),
             );
         }
     }
@@ -294,6 +357,7 @@ fn main() {
     let bursts: Vec<&Row> = rows
         .iter()
         .filter(|r| r.series == largest && matches!(r.load, Load::Burst(_)))
+        .filter(|r| r.nice.is_none_or(|n| n == o.worker_nice[0]))
         .collect();
     if let Some(path) = &o.svg {
         let title = format!(
@@ -310,15 +374,12 @@ fn main() {
         }
     }
     if o.json {
-        let modes: Vec<String> = bursts
-            .iter()
-            .map(|r| json_object(r.mode.name(), &r.run, ""))
-            .collect();
+        let modes: Vec<String> = bursts.iter().map(|r| json_object(r, "")).collect();
         let runs: Vec<String> = rows
             .iter()
             .map(|r| {
                 let extra = format!("\"series\":{},\"load\":\"{}\",", r.series, r.load.name());
-                json_object(r.mode.name(), &r.run, &extra)
+                json_object(r, &extra)
             })
             .collect();
         println!(

@@ -8,16 +8,137 @@
 //! For each size it registers that many gauge series (two labels) in a real
 //! `metrics-exporter-prometheus` recorder, then times, on this thread, the median of
 //! `--rounds` runs of: `render()`; gzip of that rendering at every level 0 to 9 (flate2,
-//! miniz_oxide backend); and `render_to_write` streamed straight into a level-1 encoder. With
-//! `--json` the last line is machine-readable.
+//! miniz_oxide backend); and `render_to_write` streamed straight into a level-1 encoder.
+//!
+//! Then a scrape's walk both ways, side by side in the same run (gzip, as Prometheus asks,
+//! and plain): *before*, `render()` into a fresh `String` then gzip
+//! (`registry::render_plain`); *after*, `render_to_write` into a buffer the thread keeps,
+//! reserved at the last rendering's size, then gzip from it (`registry::render_lean`, what
+//! the exporter's workers run). For each: the median walk CPU time of this thread
+//! (`CLOCK_THREAD_CPUTIME_ID`), and the allocations and bytes allocated per scrape (a
+//! counting global allocator), the two ways alternating round by round. With `--json` the last line is machine-readable: `walks`
+//! as before, and `scrapes` for the side by side.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufWriter;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use loopguard_demos::cli;
-use loopguard_demos::exporter::registry::{gzip_at, recorder, register_series};
+use loopguard_demos::exporter::registry::{
+    Encoding, gzip_at, recorder, register_series, render_lean, render_plain,
+};
+use metrics_exporter_prometheus::PrometheusHandle;
+use rustix::time::{ClockId, clock_gettime};
+
+/// Counts allocations (and bytes asked for) on every thread, then forwards to `System`.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so the
+// `GlobalAlloc` contract holds exactly as it does for `System`; counting touches no memory
+// the allocator hands out. (The demos library forbids `unsafe`; this example is a crate of
+// its own, and a counting allocator needs this one `unsafe impl`.)
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// This thread's CPU time so far.
+fn thread_cpu() -> Duration {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// One way of rendering a scrape.
+type Walk = fn(&PrometheusHandle, Encoding) -> std::io::Result<hyper::body::Bytes>;
+
+/// What one scrape's walk cost: CPU time, allocations, bytes allocated.
+#[derive(Default)]
+struct Cost {
+    cpu: Vec<Duration>,
+    allocations: Vec<u64>,
+    bytes: Vec<u64>,
+}
+
+impl Cost {
+    /// One walk by `walk`, measured.
+    fn add(&mut self, handle: &PrometheusHandle, walk: Walk, encoding: Encoding) {
+        let (a0, b0, t0) = (
+            ALLOCATIONS.load(Ordering::Relaxed),
+            ALLOCATED_BYTES.load(Ordering::Relaxed),
+            thread_cpu(),
+        );
+        let body = walk(handle, encoding).expect("a walk");
+        drop(body);
+        self.cpu.push(thread_cpu() - t0);
+        self.allocations
+            .push(ALLOCATIONS.load(Ordering::Relaxed) - a0);
+        self.bytes
+            .push(ALLOCATED_BYTES.load(Ordering::Relaxed) - b0);
+    }
+
+    /// The medians: CPU ms, allocations, bytes.
+    fn medians(mut self) -> (f64, u64, u64) {
+        self.allocations.sort_unstable();
+        self.bytes.sort_unstable();
+        let mid = self.bytes.len() / 2;
+        (median(self.cpu), self.allocations[mid], self.bytes[mid])
+    }
+}
+
+/// The median costs of one scrape walked each way in `walks`, over `rounds` rounds after
+/// one to warm up (the lean walk's buffer is reserved by then, as on a worker that has
+/// walked before). Each round walks every way once, alternating which goes first, so a
+/// machine whose load changes slows both alike.
+fn scrape_costs<const N: usize>(
+    handle: &PrometheusHandle,
+    walks: [Walk; N],
+    encoding: Encoding,
+    rounds: usize,
+) -> [(f64, u64, u64); N] {
+    for walk in walks {
+        let _ = walk(handle, encoding).expect("a walk");
+    }
+    let mut costs: [Cost; N] = std::array::from_fn(|_| Cost::default());
+    for round in 0..rounds {
+        for i in 0..N {
+            let i = if round % 2 == 0 { i } else { N - 1 - i };
+            costs[i].add(handle, walks[i], encoding);
+        }
+    }
+    costs.map(Cost::medians)
+}
 
 const USAGE: &str = "walk_cost [--series 10000,100000] [--rounds 7] [--json]";
 
@@ -72,6 +193,7 @@ fn main() {
     };
     sizes.sort_unstable();
     let mut records = Vec::new();
+    let mut scrapes = Vec::new();
     let mut gauges = Vec::new();
     for &series in &sizes {
         gauges = register_series(series.max(gauges.len()));
@@ -110,9 +232,48 @@ fn main() {
         records.push(format!(
             "{{\"series\":{series},\"level\":1,\"streamed_ms\":{streamed_ms:.3}}}"
         ));
+        println!(
+            "a scrape's walk, before (render() then gzip) and after (render_to_write into a kept buffer):"
+        );
+        println!(
+            "{:>9} {:>7} {:>11} {:>12} {:>14}",
+            "encoding", "walk", "CPU ms", "allocations", "bytes alloc."
+        );
+        for encoding in [Encoding::Gzip, Encoding::Identity] {
+            let name = match encoding {
+                Encoding::Gzip => "gzip",
+                Encoding::Identity => "plain",
+            };
+            let measured = scrape_costs(&handle, [render_plain, render_lean], encoding, rounds);
+            let costs = [("before", measured[0]), ("after", measured[1])].map(
+                |(walk_name, (cpu_ms, allocations, bytes))| {
+                    println!(
+                        "{name:>9} {walk_name:>7} {cpu_ms:>11.1} {allocations:>12} {bytes:>14}"
+                    );
+                    (walk_name, cpu_ms, allocations, bytes)
+                },
+            );
+            let (before, after) = (costs[0], costs[1]);
+            println!(
+                "{name:>9}   after/before: CPU {:.2}x, allocations {:.2}x, bytes {:.2}x",
+                after.1 / before.1,
+                after.2 as f64 / before.2 as f64,
+                after.3 as f64 / before.3 as f64,
+            );
+            for (walk_name, cpu_ms, allocations, bytes) in costs {
+                scrapes.push(format!(
+                    "{{\"series\":{series},\"encoding\":\"{name}\",\"walk\":\"{walk_name}\",\"cpu_ms\":{cpu_ms:.3},\"allocations\":{allocations},\"allocated_bytes\":{bytes},\"allocations_per_series\":{:.2}}}",
+                    allocations as f64 / series.max(1) as f64
+                ));
+            }
+        }
     }
     drop(gauges);
     if json {
-        println!("{{\"walks\":[{}]}}", records.join(","));
+        println!(
+            "{{\"walks\":[{}],\"scrapes\":[{}]}}",
+            records.join(","),
+            scrapes.join(",")
+        );
     }
 }

@@ -52,8 +52,11 @@ impl Load {
 pub struct Run {
     /// Latencies of 200 answers, ms, sorted.
     pub served: Vec<f64>,
-    /// Latencies of 503 answers, ms, sorted.
+    /// Latencies of refusals (503 with `Retry-After`: no free slot), ms, sorted.
     pub rejected: Vec<f64>,
+    /// Latencies of budget expiries (504: the budget ran out before the walk finished),
+    /// ms, sorted.
+    pub expired: Vec<f64>,
     /// Answers that were neither, and failed requests.
     pub other: usize,
     /// What those were (a status, or the error), with how many of each.
@@ -111,7 +114,14 @@ pub struct ChildServer {
 /// Starts this executable with `args` (which must make it call [`serve_child`]) and
 /// waits for its address.
 pub fn spawn_child(args: &[String]) -> io::Result<ChildServer> {
-    let mut child = Command::new(std::env::current_exe()?)
+    spawn_server(&std::env::current_exe()?, args)
+}
+
+/// Starts `program` with `args` and waits for its address: any server that prints
+/// `listening on http://ADDR` first, serves until its stdin closes, then prints
+/// `{"walks":N,"peak_rss_kib":N}` (the Go reference in `demos/go/` does).
+pub fn spawn_server(program: &std::path::Path, args: &[String]) -> io::Result<ChildServer> {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -225,7 +235,11 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             let ms = |r: &client::Response| r.elapsed.as_secs_f64() * 1e3;
             match result {
                 Ok(r) if r.status == 200 => run.served.push(ms(&r)),
-                Ok(r) if r.status == 503 => run.rejected.push(ms(&r)),
+                Ok(r) if is_refusal(&r) => run.rejected.push(ms(&r)),
+                // 504 since the exporter gave expiries a status of their own; 503 before.
+                Ok(r) if matches!(r.status, 503 | 504) && r.text().contains(EXPIRED) => {
+                    run.expired.push(ms(&r))
+                }
                 other => {
                     run.other += 1;
                     let kind = match other {
@@ -237,18 +251,38 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             }
         }
         run.healthz = healthz.into_inner();
-        for v in [&mut run.served, &mut run.rejected, &mut run.healthz] {
+        for v in [
+            &mut run.served,
+            &mut run.rejected,
+            &mut run.expired,
+            &mut run.healthz,
+        ] {
             v.sort_by(f64::total_cmp);
         }
         Ok(run)
     }))
 }
 
-/// The arguments that make a child serve `mode` (see [`serve_child`]).
+/// What the exporter says in the 504 of a scrape whose budget ran out.
+const EXPIRED: &str = "the budget ran out";
+
+/// What client_golang's promhttp says in the 503 of `MaxRequestsInFlight` (it sends no
+/// `Retry-After`), for the side by side in `examples/promhttp_side_by_side.rs`.
+const PROMHTTP_REFUSAL: &str = "Limit of concurrent requests reached";
+
+/// Whether `r` is a refusal: a 503 sent at once because no slot was free. loopguard's
+/// carries `Retry-After`; promhttp's says so in its body.
+pub fn is_refusal(r: &client::Response) -> bool {
+    r.status == 503 && (r.header("retry-after").is_some() || r.text().contains(PROMHTTP_REFUSAL))
+}
+
+/// The arguments that make a child serve `mode` (see [`serve_child`]), its workers at
+/// nice value `nice`.
 pub fn child_args(
     mode: Mode,
     series: usize,
     workers: usize,
+    nice: u8,
     delay: Duration,
     ttl: Duration,
 ) -> Vec<String> {
@@ -260,6 +294,8 @@ pub fn child_args(
         &series.to_string(),
         "--workers",
         &workers.to_string(),
+        "--worker-nice",
+        &nice.to_string(),
         "--walk-delay-ms",
         &ms(delay),
         "--cache-ttl-ms",

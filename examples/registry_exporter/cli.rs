@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] \
+pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--worker-nice 10] \
 [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 
@@ -11,6 +11,8 @@ pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 
 pub struct Config {
     pub listen: SocketAddr,
     pub workers: usize,
+    /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.
+    pub worker_nice: u8,
     pub series: usize,
     /// Extra time each walk takes (for tests and demos).
     pub walk_delay: Duration,
@@ -31,6 +33,7 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
     let mut c = Config {
         listen: ([127, 0, 0, 1], 9898).into(),
         workers: 2,
+        worker_nice: 10,
         series: 10_000,
         walk_delay: ms(0),
         cache_ttl: ms(0),
@@ -51,6 +54,10 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         match flag.as_str() {
             "--listen" => c.listen = value.parse().map_err(|e| bad(&e))?,
             "--workers" => c.workers = number()? as usize,
+            "--worker-nice" => match number()? {
+                n @ 0..=19 => c.worker_nice = n as u8,
+                _ => return Err(bad(&"between 0 and 19")),
+            },
             "--series" => c.series = number()?.min(100_000_000) as usize,
             "--walk-delay-ms" => c.walk_delay = millis()?,
             "--cache-ttl-ms" => c.cache_ttl = millis()?,

@@ -10,6 +10,9 @@ use crate::orphan::OrphanHandler;
 /// The most worker threads a pool may have.
 pub const MAX_WORKERS: usize = 1024;
 
+/// The highest (least favourable) nice value on Linux.
+const MAX_NICE: u8 = 19;
+
 const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(60);
 
 /// How long a worker whose jobs come back to back spins for the next one by default (see
@@ -44,6 +47,7 @@ pub struct PoolBuilder {
     stuck_after: Option<Duration>,
     demand_window: Duration,
     pub(crate) spin: Duration,
+    worker_nice: u8,
 }
 
 impl Default for PoolBuilder {
@@ -72,6 +76,7 @@ impl PoolBuilder {
             stuck_after: Some(DEFAULT_STUCK_AFTER),
             demand_window: DEFAULT_WINDOW,
             spin: DEFAULT_SPIN,
+            worker_nice: 0,
         }
     }
 
@@ -214,6 +219,78 @@ impl PoolBuilder {
     pub fn spin(mut self, spin: Duration) -> PoolBuilder {
         self.spin = spin;
         self
+    }
+
+    /// Runs each worker thread at nice value `nice` (1 to 19; default 0: workers keep the
+    /// priority of the thread that built the pool), so that the event loop wins the CPU
+    /// when both want it.
+    ///
+    /// A loop and its workers at the same priority get the same share of a busy CPU, so a
+    /// burst of walks on every core slows the one thread that answers everyone: its
+    /// refusals, health checks and timers wait their turn behind the walks. At a higher
+    /// nice value the workers still use every idle cycle (an idle loop costs them nothing),
+    /// but a loop that wants the CPU gets it first. BENCHMARKS.md has the storm with and
+    /// without it.
+    ///
+    /// It is off by default, by measurement: the same value that lets the loop win lets
+    /// every other process on the machine win too. In seven storms on a shared 2-vCPU
+    /// machine, workers at nice 10 refused and answered `/healthz` faster under a
+    /// sustained load in six, but in two of them served fewer scrapes (17 and 18 against
+    /// 26) with a worse p99, losing the CPU to the load generator and other builds. Turn it on where the walks compete with their own loop rather than with
+    /// neighbours (a container of its own; the demos' exporter does).
+    ///
+    /// On Linux each worker sets its own nice value when it starts
+    /// (`setpriority(PRIO_PROCESS, 0)`, which acts on the calling thread only, through
+    /// rustix), to `nice` or to the value it inherited if that is already higher: a worker
+    /// never runs above the thread that built the pool. A worker that cannot set it (a
+    /// seccomp filter, say) logs a warning and runs on at the priority it has. Elsewhere
+    /// this setting does nothing (per-thread nice values are a Linux feature; no safe,
+    /// portable API lowers one thread's priority). A value above 19 is refused by
+    /// [`build`](PoolBuilder::build).
+    ///
+    /// # Caveats
+    ///
+    /// - **One way.** An unprivileged thread cannot lower its nice value again
+    ///   (`CAP_SYS_NICE`, or `RLIMIT_NICE`, is needed): a worker stays at this priority
+    ///   until it exits.
+    /// - **Inherited.** A thread a job spawns starts at the worker's nice value, and so
+    ///   does a process it starts (`std::process::Command`).
+    /// - **Priority inversion.** A job that holds a lock the loop wants (a `Mutex` shared
+    ///   with the loop, a registry's write lock) holds it at the worker's priority: on a
+    ///   busy machine the loop may wait longer for it than with workers at the loop's
+    ///   priority. Keep such critical sections short, or leave this setting off.
+    /// - **Not a quota.** Nice values weigh threads against each other; a cgroup CPU quota
+    ///   (a container's CPU limit) still throttles the whole process, loop included, once
+    ///   the workers have spent it. Other processes at nice 0 on the same machine also win
+    ///   the CPU over the workers, so a walk may take longer on a busy host.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let pool = loopguard::pool::Pool::builder().workers(1).worker_nice(10).build()?;
+    /// // On Linux the job runs at nice 10 (unless the process already ran higher);
+    /// // elsewhere the setting does nothing.
+    /// pool.run(|| { /* a walk the event loop must not wait behind */ }).await.unwrap();
+    ///
+    /// let err = loopguard::pool::Pool::builder().worker_nice(20).build().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn worker_nice(mut self, nice: u8) -> PoolBuilder {
+        self.worker_nice = nice;
+        self
+    }
+
+    pub(crate) fn validated_nice(&self) -> io::Result<u8> {
+        if self.worker_nice > MAX_NICE {
+            return Err(invalid(format!(
+                "a worker nice value is between 0 and {MAX_NICE}, got {}",
+                self.worker_nice
+            )));
+        }
+        Ok(self.worker_nice)
     }
 
     pub(crate) fn validated_workers(&self) -> io::Result<usize> {

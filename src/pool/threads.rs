@@ -12,11 +12,15 @@ use crate::sync::contain;
 /// worker per slot, and the stuck-job monitor unless it is turned off.
 pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
     let stuck_after = builder.validated_stuck_after()?;
+    let nice = builder.validated_nice()?;
     let core = Arc::new(Core::new(builder)?);
     for index in 0..core.workers.count() {
         let worker = core.clone();
         let name = format!("{}-{index}", core.limit.name);
-        spawn(&core, builder, name, true, move || work(&worker, index))?;
+        spawn(&core, builder, name, true, move || {
+            lower_priority(nice);
+            work(&worker, index)
+        })?;
     }
     if let Some(threshold) = stuck_after {
         let watcher = core.clone();
@@ -49,6 +53,27 @@ fn work(core: &Core, index: usize) {
         contain("a pool worker's task", || task.run(index));
     }
 }
+
+/// Sets the calling worker's nice value to `nice`, unless it is 0 or the thread already
+/// runs at a higher value (see [`PoolBuilder::worker_nice`]).
+#[cfg(target_os = "linux")]
+fn lower_priority(nice: u8) {
+    use rustix::process::{getpriority_process, setpriority_process};
+    let nice = i32::from(nice);
+    if nice == 0 || getpriority_process(None).is_ok_and(|current| current >= nice) {
+        return;
+    }
+    // On Linux, `setpriority(PRIO_PROCESS, 0)` changes the calling thread only.
+    if let Err(err) = setpriority_process(None, nice) {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("a pool worker");
+        log::warn!("{name}: cannot set nice value {nice}, running on at the inherited one: {err}");
+    }
+}
+
+/// Per-thread nice values are a Linux feature: elsewhere the setting does nothing.
+#[cfg(not(target_os = "linux"))]
+fn lower_priority(_nice: u8) {}
 
 /// Records a thread's exit when dropped, however the thread ends.
 struct Exit {

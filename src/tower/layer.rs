@@ -296,6 +296,12 @@ impl<M: Mode> AdmissionLayer<M> {
     /// `Deadline` already in its extensions. The deadline replaces that one in the
     /// request's extensions, for the handler to spend (`pool.run_within(deadline, ..)`).
     ///
+    /// A timeout the caller sent is a ceiling: the deadline is never later than any of
+    /// them, whatever the offset. An offset that would use a timeout up takes half of it
+    /// instead (a `400 ms` timeout with a `500 ms` offset leaves 200 ms); the server's
+    /// `default` applies only to requests that sent no timeout, or a longer one (see
+    /// [`header::budget`]).
+    ///
     /// # Examples
     ///
     /// ```

@@ -28,8 +28,9 @@
 //!   slot for a key taken from each request; a busy key is refused, others are unaffected.
 //! - **Deadlines from the request's headers** ([`AdmissionLayer::deadline_from_headers`]):
 //!   the earliest of `X-Prometheus-Scrape-Timeout-Seconds`, `x-envoy-expected-rq-timeout-ms`
-//!   and `grpc-timeout` (see [`header`](crate::header)) less an offset, at most a server
-//!   default, fixed when the request arrives and put in its extensions as a
+//!   and `grpc-timeout` (see [`header`](crate::header)) less an offset (at most half of
+//!   it, so never later than the caller's own timeout), at most a server default, fixed
+//!   when the request arrives and put in its extensions as a
 //!   [`Deadline`](crate::deadline::Deadline) for the handler to spend.
 //!
 //! # Examples

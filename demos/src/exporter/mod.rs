@@ -98,6 +98,9 @@ pub struct Config {
     pub pool_name: String,
     /// Worker threads (and admission slots) of the pool.
     pub workers: usize,
+    /// The nice value the pool's workers run at (`PoolBuilder::worker_nice`; 0: the
+    /// loop's own): at 10 the loop wins the CPU over walks when both want it.
+    pub worker_nice: u8,
     /// Gauge series in the registry: the size, and so the cost, of a walk.
     pub series: usize,
     /// A fixed blocking delay added to every walk.
@@ -127,6 +130,11 @@ pub struct Config {
     pub shutdown_grace: Duration,
 }
 
+/// The default of `--worker-nice`: walks run below the loop, so that refusals and
+/// `/healthz` answer at once while every core renders (BENCHMARKS.md, "Low-priority
+/// workers").
+pub const DEFAULT_WORKER_NICE: u8 = 10;
+
 /// The default of `--scrape-timeout-offset-ms`: half a second, Prometheus' own margin
 /// between a scrape's timeout and the time it needs to read and parse the response.
 pub const DEFAULT_SCRAPE_TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
@@ -137,6 +145,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9898)),
             pool_name: POOL_NAME.to_string(),
             workers: 2,
+            worker_nice: DEFAULT_WORKER_NICE,
             series: 10_000,
             walk_delay: Duration::ZERO,
             cache_ttl: Duration::ZERO,
@@ -257,6 +266,7 @@ impl Shared {
         let pool = Pool::builder()
             .name(&config.pool_name)
             .workers(config.workers)
+            .worker_nice(config.worker_nice)
             .demand_window(config.demand_window)
             .on_orphan(OrphanHandler::new(|report| eprintln!("orphaned: {report}")))
             .build()?;

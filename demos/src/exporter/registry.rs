@@ -3,8 +3,11 @@
 //!
 //! Nothing is formatted by hand: a walk is [`PrometheusHandle::render`] of the installed
 //! recorder, which holds `--series` gauges with two labels (`shard`, `id`) next to
-//! loopguard's own metrics, optionally gzip-compressed on the same thread.
+//! loopguard's own metrics, optionally gzip-compressed on the same thread. A scrape's walk
+//! is lean ([`render_lean`]): `render_to_write` into a buffer the worker keeps, then gzip
+//! from it on the same worker.
 
+use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -65,6 +68,45 @@ impl Encoding {
             Encoding::Identity
         }
     }
+}
+
+thread_local! {
+    /// The buffer this thread renders scrapes into, kept between walks (see
+    /// [`render_lean`]).
+    static RENDER_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A scrape's body the lean way: `handle.render_to_write` into a buffer that this thread
+/// keeps between walks, then, for gzip, compressed from it on this thread. The buffer
+/// never grows by doubling after the first walk: a gzip walk reuses it (cleared, its
+/// capacity the largest rendering so far), a plain walk hands it over as the body and
+/// leaves a new one reserved at its size. The price is one rendering's worth of memory
+/// kept per worker thread.
+///
+/// [`render_plain`] is the walk it replaces: `render()` into a fresh `String`, grown as it
+/// goes, then compressed.
+pub fn render_lean(handle: &PrometheusHandle, encoding: Encoding) -> io::Result<Bytes> {
+    RENDER_BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        handle.render_to_write(buffer)?;
+        match encoding {
+            Encoding::Gzip => gzip(buffer).map(Bytes::from),
+            Encoding::Identity => {
+                let next = Vec::with_capacity(buffer.len());
+                Ok(Bytes::from(std::mem::replace(buffer, next)))
+            }
+        }
+    })
+}
+
+/// A scrape's body as it was rendered before [`render_lean`]: `render()` into a fresh
+/// `String`, then compressed from it. Kept for `walk_cost`'s side by side.
+pub fn render_plain(handle: &PrometheusHandle, encoding: Encoding) -> io::Result<Bytes> {
+    let plain = handle.render();
+    Ok(match encoding {
+        Encoding::Identity => Bytes::from(plain),
+        Encoding::Gzip => Bytes::from(gzip(plain.as_bytes())?),
+    })
 }
 
 /// Compresses `plain` with gzip at [`GZIP_LEVEL`].
@@ -234,6 +276,11 @@ impl Registry {
 
     /// One full walk: the recorder's rendering (`render()`). Blocking.
     pub fn walk(&self, kind: WalkKind) -> String {
+        self.walk_with(kind, PrometheusHandle::render)
+    }
+
+    /// One full walk, rendered by `render`: counted, hooked and delayed as configured.
+    fn walk_with<T>(&self, kind: WalkKind, render: impl FnOnce(&PrometheusHandle) -> T) -> T {
         struct Active<'a>(&'a AtomicUsize);
         impl Drop for Active<'_> {
             fn drop(&mut self) {
@@ -250,16 +297,13 @@ impl Registry {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
-        self.handle.render()
+        render(&self.handle)
     }
 
-    /// A scrape's walk: the rendering, compressed if `encoding` says so. Blocking.
+    /// A scrape's walk: the rendering, compressed if `encoding` says so, the lean way
+    /// ([`render_lean`]). Blocking.
     pub fn scrape(&self, encoding: Encoding) -> io::Result<Bytes> {
-        let plain = self.walk(WalkKind::Scrape);
-        Ok(match encoding {
-            Encoding::Identity => Bytes::from(plain),
-            Encoding::Gzip => Bytes::from(gzip(plain.as_bytes())?),
-        })
+        self.walk_with(WalkKind::Scrape, |handle| render_lean(handle, encoding))
     }
 }
 
