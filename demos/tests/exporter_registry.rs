@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use loopguard::header::{ENVOY_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER};
+use loopguard::header::SCRAPE_TIMEOUT_HEADER;
+
+/// The header in which Envoy sends its route timeout, in milliseconds.
+const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 use loopguard_demos::client;
 use loopguard_demos::exporter::registry::{Registry, SERIES_METRIC};
 use loopguard_demos::exporter::{Config, Exporter};

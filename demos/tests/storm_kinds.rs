@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use loopguard::header::ENVOY_TIMEOUT_HEADER;
+/// The header in which Envoy sends its route timeout, in milliseconds.
+const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 use loopguard_demos::exporter::registry::{Registry, WalkKind};
 use loopguard_demos::exporter::{Config, Exporter};
 use loopguard_demos::storm::{Load, drive};

@@ -299,8 +299,8 @@ impl<M: Mode> AdmissionLayer<M> {
     /// A timeout the caller sent is a ceiling: the deadline is never later than any of
     /// them, whatever the offset. An offset that would use a timeout up takes half of it
     /// instead (a `400 ms` timeout with a `500 ms` offset leaves 200 ms); the server's
-    /// `default` applies only to requests that sent no timeout, or a longer one (see
-    /// [`header::budget`]).
+    /// `default` applies only to requests that sent no timeout, or a longer one (see the
+    /// [`header`] module).
     ///
     /// # Examples
     ///

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use loopguard::header::{
+use crate::header::{
     ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER, budget, envoy_deadline,
     envoy_timeout, grpc_deadline, grpc_timeout, request_budget, scrape_timeout,
 };

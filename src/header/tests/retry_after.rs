@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use loopguard::header::{RETRY_AFTER_HEADER, retry_after, retry_after_at};
+use crate::header::{RETRY_AFTER_HEADER, retry_after, retry_after_at};
 use proptest::prelude::*;
 
 fn secs(n: u64) -> Duration {

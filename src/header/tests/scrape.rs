@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use loopguard::header::{SCRAPE_TIMEOUT_HEADER, scrape_budget, scrape_deadline};
+use crate::header::{SCRAPE_TIMEOUT_HEADER, scrape_budget, scrape_deadline};
 use proptest::prelude::*;
 
 const DEFAULT: Duration = Duration::from_secs(30);

@@ -6,8 +6,8 @@
 //! | header | sent by | format |
 //! |---|---|---|
 //! | [`SCRAPE_TIMEOUT_HEADER`] | Prometheus, on every scrape | seconds, decimal (`10`, `0.5`) |
-//! | [`ENVOY_TIMEOUT_HEADER`] | Envoy (Istio), on routed requests | whole milliseconds (`15000`) |
-//! | [`GRPC_TIMEOUT_HEADER`] | gRPC clients | 1 to 8 digits and a unit `H` `M` `S` `m` `u` `n` (`500m`) |
+//! | `x-envoy-expected-rq-timeout-ms` | Envoy (Istio), on routed requests | whole milliseconds (`15000`) |
+//! | `grpc-timeout` | gRPC clients | 1 to 8 digits and a unit `H` `M` `S` `m` `u` `n` (`500m`) |
 //!
 //! Each is outside input, parsed with the same rules: a value counts only when it is a
 //! finite, positive duration that fits a [`Duration`] (surrounding ASCII whitespace
@@ -18,21 +18,22 @@
 //! caller said less an `offset` kept for encoding, sending and parsing the answer. The
 //! offset never takes more than half of the caller's timeout, so a budget is never above
 //! any timeout the caller sent: a `400 ms` timeout with a `500 ms` offset is a `200 ms`
-//! budget, never the server's default (see [`budget`] for why not a refusal).
+//! budget, never the server's default (spending half serves a short caller when an
+//! answer is quick, say a cached one; refusing at once never could).
 //! [`request_deadline`] spends the earliest of all three headers at once.
 //!
 //! The other way round, a server that turns a caller away says when to come back in
-//! [`RETRY_AFTER_HEADER`]; [`retry_after`] reads it, with the same never-panic rules, for a
+//! `Retry-After`; [`retry_after`] reads it, with the same never-panic rules, for a
 //! [`Retry`](crate::retry::Retry) rule to honour.
 //!
 //! # Examples
 //!
 //! ```
 //! use std::time::Duration;
-//! use loopguard::header::{request_deadline, ENVOY_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER};
+//! use loopguard::header::{request_deadline, SCRAPE_TIMEOUT_HEADER};
 //!
 //! // Any header map works: give a lookup by name (compare names case-insensitively).
-//! let headers = [(SCRAPE_TIMEOUT_HEADER, "10"), (ENVOY_TIMEOUT_HEADER, "3000")];
+//! let headers = [(SCRAPE_TIMEOUT_HEADER, "10"), ("x-envoy-expected-rq-timeout-ms", "3000")];
 //! let lookup = |name: &str| {
 //!     headers
 //!         .iter()
@@ -63,37 +64,14 @@ pub const SCRAPE_TIMEOUT_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 
 /// The request header in which Envoy sends the time it will wait for the upstream, in
 /// whole milliseconds.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::header::ENVOY_TIMEOUT_HEADER, "x-envoy-expected-rq-timeout-ms");
-/// ```
-pub const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
+pub(crate) const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 
 /// The request header in which a gRPC client sends its deadline as a timeout.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(loopguard::header::GRPC_TIMEOUT_HEADER, "grpc-timeout");
-/// ```
-pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
 
 /// The timeout in an [`SCRAPE_TIMEOUT_HEADER`] value: a finite, positive decimal number of
 /// seconds (`"10"`, `"0.5"`, `"1e1"`), or `None`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::scrape_timeout;
-///
-/// assert_eq!(scrape_timeout(b" 9.5 "), Some(Duration::from_millis(9500)));
-/// assert_eq!(scrape_timeout(b"-1"), None);
-/// assert_eq!(scrape_timeout(b"NaN"), None);
-/// ```
-pub fn scrape_timeout(value: &[u8]) -> Option<Duration> {
+pub(crate) fn scrape_timeout(value: &[u8]) -> Option<Duration> {
     let text = std::str::from_utf8(value.trim_ascii()).ok()?;
     let seconds: f64 = text.parse().ok()?;
     if !(seconds.is_finite() && seconds > 0.0) {
@@ -105,19 +83,7 @@ pub fn scrape_timeout(value: &[u8]) -> Option<Duration> {
 
 /// The timeout in an [`ENVOY_TIMEOUT_HEADER`] value: a positive whole number of
 /// milliseconds (ASCII digits only), or `None`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::envoy_timeout;
-///
-/// assert_eq!(envoy_timeout(b"15000"), Some(Duration::from_secs(15)));
-/// assert_eq!(envoy_timeout(b"0"), None);
-/// assert_eq!(envoy_timeout(b"1.5"), None);
-/// assert_eq!(envoy_timeout(b"+15"), None);
-/// ```
-pub fn envoy_timeout(value: &[u8]) -> Option<Duration> {
+pub(crate) fn envoy_timeout(value: &[u8]) -> Option<Duration> {
     let millis = digits(value.trim_ascii(), 20)?;
     positive(Duration::from_millis(millis))
 }
@@ -125,19 +91,7 @@ pub fn envoy_timeout(value: &[u8]) -> Option<Duration> {
 /// The timeout in a [`GRPC_TIMEOUT_HEADER`] value: 1 to 8 ASCII digits followed by a unit
 /// (`H` hours, `M` minutes, `S` seconds, `m` milliseconds, `u` microseconds, `n`
 /// nanoseconds), positive, or `None`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::grpc_timeout;
-///
-/// assert_eq!(grpc_timeout(b"500m"), Some(Duration::from_millis(500)));
-/// assert_eq!(grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
-/// assert_eq!(grpc_timeout(b"123456789S"), None, "at most 8 digits");
-/// assert_eq!(grpc_timeout(b"10"), None, "a unit is required");
-/// ```
-pub fn grpc_timeout(value: &[u8]) -> Option<Duration> {
+pub(crate) fn grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (unit, number) = value.trim_ascii().split_last()?;
     let amount = digits(number, 8)?;
     let timeout = match unit {
@@ -174,21 +128,7 @@ pub fn grpc_timeout(value: &[u8]) -> Option<Duration> {
 ///
 /// The budget is greater than zero whenever `default` is (a timeout is positive), and
 /// never exceeds `default`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::budget;
-///
-/// let (default, offset) = (Duration::from_secs(30), Duration::from_millis(500));
-/// assert_eq!(budget(Some(Duration::from_secs(10)), default, offset), Duration::from_millis(9500));
-/// // The offset would use the caller's 400 ms up: half of it is spent, not the default.
-/// assert_eq!(budget(Some(Duration::from_millis(400)), default, offset), Duration::from_millis(200));
-/// assert_eq!(budget(Some(Duration::from_secs(60)), default, offset), default);
-/// assert_eq!(budget(None, default, offset), default);
-/// ```
-pub fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) -> Duration {
+pub(crate) fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) -> Duration {
     match timeout {
         // `timeout - timeout / 2` is at least half the timeout, rounded up: positive for
         // any positive timeout, and never above it.
@@ -199,28 +139,14 @@ pub fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) ->
 
 /// The budget for one scrape: [`budget`] of the [`scrape_timeout`] in `value`, the raw
 /// [`SCRAPE_TIMEOUT_HEADER`] value if the request had one.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::scrape_budget;
-///
-/// let default = Duration::from_secs(30);
-/// let margin = Duration::from_millis(500);
-///
-/// assert_eq!(scrape_budget(Some(b"10"), default, margin), Duration::from_millis(9500));
-/// assert_eq!(scrape_budget(Some(b"120"), default, margin), default);
-/// // The margin would use 0.25 s up: half of it is spent, never more than the caller's.
-/// assert_eq!(scrape_budget(Some(b"0.25"), default, margin), Duration::from_millis(125));
-/// assert_eq!(scrape_budget(Some(b"soon"), default, margin), default);
-/// assert_eq!(scrape_budget(None, default, margin), default);
-/// ```
-pub fn scrape_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
+pub(crate) fn scrape_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
     budget(value.and_then(scrape_timeout), default, offset)
 }
 
-/// A deadline [`scrape_budget()`] from now.
+/// The budget of one scrape as a deadline from now: `min(default, timeout - offset)` for
+/// the timeout in `value` (the raw [`SCRAPE_TIMEOUT_HEADER`] value, if the request had one),
+/// the offset taking at most half of that timeout; `default` when there is none or it is
+/// invalid.
 ///
 /// Call it when the request arrives, before any queue, so the wait for a slot spends the
 /// same budget as the work.
@@ -240,33 +166,19 @@ pub fn scrape_deadline(value: Option<&[u8]>, default: Duration, offset: Duration
 
 /// A deadline from now: [`budget`] of the [`envoy_timeout`] in `value`, the raw
 /// [`ENVOY_TIMEOUT_HEADER`] value if the request had one.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::envoy_deadline;
-///
-/// let deadline = envoy_deadline(Some(b"2000"), Duration::from_secs(30), Duration::from_millis(500));
-/// assert!(deadline.remaining().unwrap() <= Duration::from_millis(1500));
-/// ```
-pub fn envoy_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
+#[cfg(test)]
+pub(crate) fn envoy_deadline(
+    value: Option<&[u8]>,
+    default: Duration,
+    offset: Duration,
+) -> Deadline {
     Deadline::after(budget(value.and_then(envoy_timeout), default, offset))
 }
 
 /// A deadline from now: [`budget`] of the [`grpc_timeout`] in `value`, the raw
 /// [`GRPC_TIMEOUT_HEADER`] value if the request had one.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::grpc_deadline;
-///
-/// let deadline = grpc_deadline(Some(b"1S"), Duration::from_secs(30), Duration::ZERO);
-/// assert!(deadline.remaining().unwrap() <= Duration::from_secs(1));
-/// ```
-pub fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
+#[cfg(test)]
+pub(crate) fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
     Deadline::after(budget(value.and_then(grpc_timeout), default, offset))
 }
 
@@ -274,18 +186,7 @@ pub fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) 
 /// earliest valid timeout among them, so never above any timeout the request sent.
 /// `lookup` returns a header's raw value by name (matching names case-insensitively, as
 /// HTTP header maps do).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use loopguard::header::{request_budget, GRPC_TIMEOUT_HEADER};
-///
-/// let lookup = |name: &str| (name == GRPC_TIMEOUT_HEADER).then_some(&b"2S"[..]);
-/// let budget = request_budget(lookup, Duration::from_secs(30), Duration::from_millis(500));
-/// assert_eq!(budget, Duration::from_millis(1500));
-/// ```
-pub fn request_budget<'a>(
+pub(crate) fn request_budget<'a>(
     lookup: impl Fn(&str) -> Option<&'a [u8]>,
     default: Duration,
     offset: Duration,
@@ -303,8 +204,9 @@ pub fn request_budget<'a>(
         .unwrap_or(default)
 }
 
-/// A deadline [`request_budget`] from now. Call it when the request arrives, before any
-/// queue.
+/// The earliest budget of all three headers (Prometheus', Envoy's, gRPC's), each less
+/// `offset` (at most half of it) and at most `default`, as a deadline from now. Call it
+/// when the request arrives, before any queue.
 ///
 /// # Examples
 ///
@@ -319,15 +221,10 @@ pub fn request_deadline<'a>(
 
 /// The response header in which a server says how long to wait before trying again
 /// (RFC 9110, section 10.2.3): whole seconds (`120`) or an HTTP-date.
-///
-/// # Examples
-///
-/// ```
-/// assert!(loopguard::header::RETRY_AFTER_HEADER.eq_ignore_ascii_case("retry-after"));
-/// ```
-pub const RETRY_AFTER_HEADER: &str = "Retry-After";
+#[cfg(test)]
+pub(crate) const RETRY_AFTER_HEADER: &str = "Retry-After";
 
-/// How long to wait, from now, as a [`RETRY_AFTER_HEADER`] value says: delay-seconds (1
+/// How long to wait, from now, as a `Retry-After` value says: delay-seconds (1
 /// to 20 ASCII digits, `0` included: try again at once) or an HTTP-date (the three forms
 /// RFC 9110 allows, parsed by [`httpdate`]; a date in the past means at once). Anything else
 /// (empty, signed, fractional, overflowing, not UTF-8) is `None`. Never panics.
@@ -351,21 +248,7 @@ pub fn retry_after(value: &[u8]) -> Option<Duration> {
 }
 
 /// [`retry_after`] as seen at `now`: an HTTP-date is counted from `now`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// use loopguard::header::retry_after_at;
-///
-/// let now = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777); // 06 Nov 1994 08:49:37
-/// assert_eq!(
-///     retry_after_at(b"Sun, 06 Nov 1994 08:51:37 GMT", now),
-///     Some(Duration::from_secs(120))
-/// );
-/// assert_eq!(retry_after_at(b" 30 ", now), Some(Duration::from_secs(30)));
-/// ```
-pub fn retry_after_at(value: &[u8], now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after_at(value: &[u8], now: SystemTime) -> Option<Duration> {
     let raw = value.trim_ascii();
     if raw.first().is_some_and(u8::is_ascii_digit) {
         // delay-seconds: 1*DIGIT; `digits` refuses anything else and any overflow.
@@ -389,3 +272,6 @@ fn digits(raw: &[u8], max: usize) -> Option<u64> {
 fn positive(timeout: Duration) -> Option<Duration> {
     (!timeout.is_zero()).then_some(timeout)
 }
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use loopguard::header::{
+use crate::header::{
     ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER, budget, envoy_deadline,
     request_budget, request_deadline, scrape_budget, scrape_timeout,
 };
