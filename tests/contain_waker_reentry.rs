@@ -441,3 +441,60 @@ fn an_orphan_receiver_lets_go_of_its_waker_outside_its_queue_and_loses_no_report
         assert_eq!(pool.in_use(), 0);
     });
 }
+
+/// A request waiting in line behind the tower layer, holding a waker whose `Drop` reads the
+/// layer and panics: re-polled with another waker, then dropped, it leaves the line cleanly
+/// and leaks no slot.
+#[cfg(feature = "tower")]
+#[test]
+fn a_waiting_tower_request_lets_go_of_its_waker_after_leaving_the_line() {
+    use loopguard::tower::AdmissionLayer;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    #[derive(Clone)]
+    struct Hello;
+    impl Service<http::Request<()>> for Hello {
+        type Response = http::Response<&'static str>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: http::Request<()>) -> Self::Future {
+            std::future::ready(Ok(http::Response::new("hello")))
+        }
+    }
+
+    watchdog(|| {
+        let layer = AdmissionLayer::new("hostile-edge", 1)
+            .unwrap()
+            .wait_within_deadline();
+        let mut service = layer.layer(Hello);
+        let first = future::block_on(service.call(http::Request::new(()))).unwrap();
+        let mut waiting = Box::pin(service.call(http::Request::new(())));
+        let seen = Arc::new(Mutex::new(None));
+        let (l, s) = (layer.clone(), seen.clone());
+        let (a, dropped) = hostile(
+            || {},
+            move || *s.lock().unwrap() = Some((l.in_use(), l.waiting())),
+        );
+        assert!(poll_with(waiting.as_mut(), &a).is_pending());
+        drop(a);
+        // Re-polled with another waker: the old one goes, outside the gate, contained.
+        assert!(poll_with(waiting.as_mut(), &plain()).is_pending());
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        assert_eq!(*seen.lock().unwrap(), Some((1, 1)));
+        // A second hostile waker, then the request leaves: out of the line, nothing held.
+        let l = layer.clone();
+        let (b, dropped) = hostile(|| {}, move || assert_eq!(l.waiting(), 0));
+        assert!(poll_with(waiting.as_mut(), &b).is_pending());
+        drop(b);
+        assert!(catch_unwind(AssertUnwindSafe(|| drop(waiting))).is_ok());
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+        drop(first);
+        assert_eq!((layer.in_use(), layer.waiting()), (0, 0));
+        let again = future::block_on(service.call(http::Request::new(()))).unwrap();
+        assert_eq!(again.status(), http::StatusCode::OK);
+    });
+}

@@ -252,6 +252,29 @@ where
         }
     }
 
+    /// The cached value if it is fresh now (younger than the TTL, counted from its
+    /// collection's start), without waiting or starting a collection; `None` otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::refresh::Refresh;
+    /// use std::time::Duration;
+    ///
+    /// let cache = Refresh::builder("peek").ttl(Duration::from_secs(60)).on_pool(&pool, || Ok::<u8, String>(1));
+    /// assert_eq!(cache.peek(), None);
+    /// cache.get(Deadline::never()).await.unwrap();
+    /// assert_eq!(cache.peek(), Some(1));
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn peek(&self) -> Option<T> {
+        self.peek_at(Instant::now())
+    }
+
     /// The cached value if it is fresh at `now` (its collection started strictly less than
     /// the TTL before `now`) and is the newest outcome. Never collects, waits or counts.
     ///
@@ -274,6 +297,7 @@ where
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
+    #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
         let state = lock(&self.inner.core.state);
         match state.cached_at(now, self.inner.ttl, self.inner.failure_ttl) {
