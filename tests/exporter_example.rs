@@ -257,6 +257,14 @@ fn a_gzip_scrape_decompresses_to_the_same_series_as_a_plain_one() {
             == 500
     );
     assert_eq!(plain, unzipped);
+
+    // `q` is case-insensitive: `Q=0` refuses gzip as `q=0` does.
+    for refusal in ["gzip;q=0", "gzip;Q=0", "gzip; Q=0.0, identity"] {
+        exporter.until("idle", |page| page.contains("in_use: 0"));
+        let answer = exporter.get("/metrics", &[("Accept-Encoding", refusal)]);
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("content-encoding"), None, "{refusal}");
+    }
 }
 
 #[test]

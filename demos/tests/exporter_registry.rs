@@ -67,6 +67,12 @@ fn a_gzip_scrape_decompresses_to_the_same_series_as_a_plain_one() {
             .unwrap();
         assert_eq!(refused.header("content-encoding"), None);
         assert_eq!(own_series(&refused.decoded().unwrap()).len(), 100);
+
+        // Two `Accept-Encoding` lines are one list: gzip on the second one counts.
+        let two_lines = [("Accept-Encoding", "br"), ("Accept-Encoding", "gzip")];
+        let answer = client::get(addr, "/metrics", &two_lines).await.unwrap();
+        assert_eq!(answer.header("content-encoding"), Some("gzip"));
+        assert_eq!(own_series(&answer.decoded().unwrap()).len(), 100);
     });
     exporter.stop().unwrap();
 }

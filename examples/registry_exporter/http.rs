@@ -41,9 +41,10 @@ pub fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
 /// Whether `Accept-Encoding` allows gzip (`gzip` or `*`, not with `q=0`).
 pub fn accepts_gzip(headers: &HeaderMap) -> bool {
     let values = headers.get_all(ACCEPT_ENCODING).iter();
+    // The `q` parameter's name is case-insensitive (`Q=0` refuses too).
     let refused = |p: &str| {
-        p.strip_prefix("q=")
-            .is_some_and(|q| q.parse().map_or(true, |q: f32| q <= 0.0))
+        let q = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="));
+        q.is_some_and(|q| q.parse().map_or(true, |q: f32| q <= 0.0))
     };
     let items = values
         .filter_map(|v| v.to_str().ok())

@@ -487,11 +487,17 @@ async fn upkeep_loop(registry: Arc<Registry>, stop: Stop) {
     }
 }
 
-/// The `Accept-Encoding` of a request, read as [`Encoding::negotiate`] does.
+/// The `Accept-Encoding` of a request, read as [`Encoding::negotiate`] does. Several
+/// header lines are one comma-separated list (RFC 9110, section 5.3).
 fn encoding(headers: &hyper::HeaderMap) -> Encoding {
-    Encoding::negotiate(
-        headers
-            .get(hyper::header::ACCEPT_ENCODING)
-            .map(|v| v.as_bytes()),
-    )
+    let mut lines = headers.get_all(hyper::header::ACCEPT_ENCODING).iter();
+    let Some(first) = lines.next() else {
+        return Encoding::negotiate(None);
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for line in lines {
+        joined.extend_from_slice(b", ");
+        joined.extend_from_slice(line.as_bytes());
+    }
+    Encoding::negotiate(Some(&joined))
 }
