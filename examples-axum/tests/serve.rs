@@ -100,6 +100,9 @@ fn scrapes_are_admitted_refused_and_cut_by_their_budget() {
                 "{text}"
             );
 
+            // The scrape's slot comes back once its body has been written and its walk is
+            // done, which can be just after the client has read the answer.
+            pool.wait_idle().await;
             // The pool's only worker is busy: the layer refuses a scrape at once, on the
             // pool's own gate, and the pool counts the refusal.
             let (release, held) = mpsc::channel::<()>();
