@@ -11,11 +11,9 @@ use crate::header::{
 };
 use proptest::prelude::*;
 
-const DEFAULT: Duration = Duration::from_secs(30);
+use super::{durations, ms};
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+const DEFAULT: Duration = Duration::from_secs(30);
 
 /// A lookup over `headers`, matching names case-insensitively like an HTTP header map.
 fn lookup<'a>(headers: &'a [(&'a str, Vec<u8>)]) -> impl Fn(&str) -> Option<&'a [u8]> + 'a {
@@ -83,16 +81,6 @@ fn every_header_is_a_ceiling() {
         .expect("a real deadline");
     assert!(left <= ms(200), "{left:?}");
     assert_eq!(scrape_budget(Some(b"0.4"), DEFAULT, offset), ms(200));
-}
-
-fn durations() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        (0u64..120_000).prop_map(Duration::from_millis),
-        any::<u64>().prop_map(Duration::from_nanos),
-        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-        Just(Duration::ZERO),
-        Just(Duration::MAX),
-    ]
 }
 
 /// A timeout as a header can say it: positive.

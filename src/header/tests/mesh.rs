@@ -10,12 +10,7 @@ use crate::header::{
 };
 use proptest::prelude::*;
 
-const DEFAULT: Duration = Duration::from_secs(30);
-const OFFSET: Duration = Duration::from_millis(500);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use super::{DEFAULT, OFFSET, durations, ms};
 
 #[test]
 fn header_names() {
@@ -151,16 +146,6 @@ fn the_earliest_header_wins() {
     assert_eq!(request_budget(lookup(headers), DEFAULT, OFFSET), ms(9_500));
     // None at all: the default.
     assert_eq!(request_budget(|_| None, DEFAULT, OFFSET), DEFAULT);
-}
-
-fn durations() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        (0u64..120_000).prop_map(Duration::from_millis),
-        any::<u64>().prop_map(Duration::from_nanos),
-        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-        Just(Duration::ZERO),
-        Just(Duration::MAX),
-    ]
 }
 
 fn bytes() -> impl Strategy<Value = Vec<u8>> {

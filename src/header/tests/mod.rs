@@ -2,7 +2,31 @@
 //! they pin are crate-private (the public API is `request_deadline`, `scrape_deadline` and
 //! `retry_after`).
 
+use std::time::Duration;
+
+use proptest::prelude::*;
+
 mod ceiling;
 mod mesh;
 mod retry_after;
 mod scrape;
+
+/// The server's own budget in the tables.
+const DEFAULT: Duration = Duration::from_secs(30);
+/// The offset kept for the answer in the tables.
+const OFFSET: Duration = Duration::from_millis(500);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Durations of every scale: milliseconds, any nanoseconds, any seconds, and the edges.
+fn durations() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        (0u64..120_000).prop_map(Duration::from_millis),
+        any::<u64>().prop_map(Duration::from_nanos),
+        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+    ]
+}

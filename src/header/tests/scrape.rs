@@ -6,12 +6,7 @@ use std::time::Duration;
 use crate::header::{SCRAPE_TIMEOUT_HEADER, scrape_budget, scrape_deadline};
 use proptest::prelude::*;
 
-const DEFAULT: Duration = Duration::from_secs(30);
-const OFFSET: Duration = Duration::from_millis(500);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use super::{DEFAULT, OFFSET, durations, ms};
 
 #[test]
 fn header_name() {
@@ -116,16 +111,6 @@ fn check(raw: &[u8], default: Duration, offset: Duration) -> Result<(), TestCase
         prop_assert!(!got.is_zero());
     }
     Ok(())
-}
-
-fn durations() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        (0u64..120_000).prop_map(Duration::from_millis),
-        any::<u64>().prop_map(Duration::from_nanos),
-        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-        Just(Duration::ZERO),
-        Just(Duration::MAX),
-    ]
 }
 
 proptest! {
