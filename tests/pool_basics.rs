@@ -86,6 +86,21 @@ on_every_executor! {
 }
 
 on_every_executor! {
+    async fn a_job_is_finished_only_once_its_outcome_is_delivered() {
+        let pool = pool("finished", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let mut jobs = fill(&pool, &started, &release);
+        let job = jobs.pop().expect("one job");
+        assert!(!job.is_finished(), "a running job is not finished");
+        release.open();
+        // The worker gives the slot back after it delivered the outcome.
+        pool.wait_idle().await;
+        assert!(job.is_finished());
+        assert_eq!(job.await, Ok(0));
+    }
+}
+
+on_every_executor! {
     async fn dropped_run_future_mid_job_keeps_its_slot() {
         let pool = pool("run-slot", 1);
         let (started, release) = (Counter::new(), Latch::new());
