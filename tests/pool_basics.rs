@@ -2,8 +2,11 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::{Counter, Latch, poll_once};
@@ -315,6 +318,46 @@ on_every_executor! {
         release.open();
         for job in jobs {
             assert_eq!(job.await, Ok(0), "a running job finishes after close");
+        }
+        pool.shutdown().await;
+        assert_eq!(pool.in_use(), 0);
+    }
+}
+
+on_every_executor! {
+    async fn a_waiter_that_claimed_its_slot_keeps_it_through_close() {
+        let pool = pool("claimed", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let jobs = fill(&pool, &started, &release);
+        let (second_started, second_release) = (Counter::new(), Latch::new());
+        let (s, r) = (second_started.clone(), second_release.clone());
+        let mut waiter = pool.run(move || {
+            s.add();
+            r.wait();
+            2
+        });
+        assert!(poll_once(&mut waiter).await.is_none());
+        release.open();
+        // The freed slot is handed to the waiter and its task woken; the next poll claims
+        // the slot and starts the job.
+        futures_lite::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut waiter).poll(cx).is_pending());
+            if format!("{waiter:?}").contains("\"running\"") {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        second_started.wait_for(1);
+
+        // Close takes back only slots granted and not yet claimed: this one runs a job.
+        assert!(pool.close());
+        assert_eq!(pool.in_use(), 1, "close took the slot of a running job");
+        second_release.open();
+        assert_eq!(waiter.await, Ok(2));
+        for job in jobs {
+            assert_eq!(job.await, Ok(0));
         }
         pool.shutdown().await;
         assert_eq!(pool.in_use(), 0);
