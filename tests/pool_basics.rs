@@ -365,6 +365,29 @@ on_every_executor! {
 }
 
 on_every_executor! {
+    async fn a_dropped_waiter_leaves_nothing_for_close_to_take_back() {
+        let pool = pool("dropped-waiter", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let jobs = fill(&pool, &started, &release);
+        let mut waiter = pool.run(|| 1);
+        assert!(poll_once(&mut waiter).await.is_none());
+        drop(waiter);
+        assert_eq!(pool.waiting(), 0);
+
+        release.open();
+        for job in jobs {
+            assert_eq!(job.await, Ok(0));
+        }
+        pool.wait_idle().await;
+        assert_eq!(pool.in_use(), 0);
+        // Nothing was granted to the waiter that left: closing takes nothing back.
+        assert!(pool.close());
+        assert_eq!(pool.in_use(), 0);
+        pool.shutdown().await;
+    }
+}
+
+on_every_executor! {
     async fn dropping_the_last_handle_does_not_block() {
         let pool = pool("dropped", 1);
         let (started, release) = (Counter::new(), Latch::new());
