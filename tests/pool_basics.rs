@@ -2,8 +2,11 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::{Counter, Latch, poll_once};
@@ -82,6 +85,21 @@ on_every_executor! {
         release.open();
         pool.wait_idle().await;
         assert_eq!(pool.try_run(|| 7).expect("slot freed after the thread finished").await, Ok(7));
+    }
+}
+
+on_every_executor! {
+    async fn a_job_is_finished_only_once_its_outcome_is_delivered() {
+        let pool = pool("finished", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let mut jobs = fill(&pool, &started, &release);
+        let job = jobs.pop().expect("one job");
+        assert!(!job.is_finished(), "a running job is not finished");
+        release.open();
+        // The worker gives the slot back after it delivered the outcome.
+        pool.wait_idle().await;
+        assert!(job.is_finished());
+        assert_eq!(job.await, Ok(0));
     }
 }
 
@@ -303,6 +321,69 @@ on_every_executor! {
         }
         pool.shutdown().await;
         assert_eq!(pool.in_use(), 0);
+    }
+}
+
+on_every_executor! {
+    async fn a_waiter_that_claimed_its_slot_keeps_it_through_close() {
+        let pool = pool("claimed", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let jobs = fill(&pool, &started, &release);
+        let (second_started, second_release) = (Counter::new(), Latch::new());
+        let (s, r) = (second_started.clone(), second_release.clone());
+        let mut waiter = pool.run(move || {
+            s.add();
+            r.wait();
+            2
+        });
+        assert!(poll_once(&mut waiter).await.is_none());
+        release.open();
+        // The freed slot is handed to the waiter and its task woken; the next poll claims
+        // the slot and starts the job.
+        futures_lite::future::poll_fn(|cx| {
+            assert!(Pin::new(&mut waiter).poll(cx).is_pending());
+            if format!("{waiter:?}").contains("\"running\"") {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        second_started.wait_for(1);
+
+        // Close takes back only slots granted and not yet claimed: this one runs a job.
+        assert!(pool.close());
+        assert_eq!(pool.in_use(), 1, "close took the slot of a running job");
+        second_release.open();
+        assert_eq!(waiter.await, Ok(2));
+        for job in jobs {
+            assert_eq!(job.await, Ok(0));
+        }
+        pool.shutdown().await;
+        assert_eq!(pool.in_use(), 0);
+    }
+}
+
+on_every_executor! {
+    async fn a_dropped_waiter_leaves_nothing_for_close_to_take_back() {
+        let pool = pool("dropped-waiter", 1);
+        let (started, release) = (Counter::new(), Latch::new());
+        let jobs = fill(&pool, &started, &release);
+        let mut waiter = pool.run(|| 1);
+        assert!(poll_once(&mut waiter).await.is_none());
+        drop(waiter);
+        assert_eq!(pool.waiting(), 0);
+
+        release.open();
+        for job in jobs {
+            assert_eq!(job.await, Ok(0));
+        }
+        pool.wait_idle().await;
+        assert_eq!(pool.in_use(), 0);
+        // Nothing was granted to the waiter that left: closing takes nothing back.
+        assert!(pool.close());
+        assert_eq!(pool.in_use(), 0);
+        pool.shutdown().await;
     }
 }
 

@@ -377,6 +377,28 @@ mod tests {
     }
 
     #[test]
+    fn enqueue_takes_a_free_slot_only_when_nobody_waits() {
+        // Reached by the pool only when a slot frees between `try_acquire` and `enqueue`.
+        let gate = Gate::new(2);
+        let first = Waiter::new();
+        assert_eq!(gate.enqueue(&first), Enqueued::Acquired);
+        assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
+        assert_eq!(gate.try_acquire(), Ok(()));
+        let second = Waiter::new();
+        assert_eq!(gate.enqueue(&second), Enqueued::Queued);
+        assert_eq!((gate.in_use(), gate.waiting()), (2, 1));
+        // The slot released goes to the oldest waiter; a newcomer queues behind.
+        let third = Waiter::new();
+        assert_eq!(gate.release(), 2);
+        assert_eq!(second.state(), WaitState::Granted);
+        assert_eq!(gate.enqueue(&third), Enqueued::Queued);
+        assert!(gate.cancel(&second));
+        assert!(!gate.cancel(&third));
+        assert_eq!(gate.release(), 1);
+        assert_eq!(gate.release(), 0);
+    }
+
+    #[test]
     fn a_free_slot_is_not_taken_past_a_waiter() {
         let gate = Gate::new(1);
         gate.try_acquire().unwrap();
