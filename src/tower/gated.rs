@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use http::Request;
 
-use super::mode::AdmitOutcome;
 use super::mode::sealed::{Admit, Gauged};
+use super::mode::{AdmitOutcome, Mode};
 use crate::gate::Refused;
 use crate::gate::limit::Limit;
 use crate::gate::wait::{SlotWait, Started};
@@ -287,3 +287,6 @@ impl OnPool {
 
 gated_mode!(Limited);
 gated_mode!(OnPool);
+
+impl Mode for Limited {}
+impl Mode for OnPool {}

@@ -6,45 +6,18 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::Request;
 use http::request::Parts;
 
+use super::config::AdmissionConfig;
 use super::gated::{Limited, OnPool};
 use super::mode::sealed::Gauged;
 use super::mode::{Keyed, Mode};
 use super::service::Admission;
-use crate::deadline::Deadline;
 use crate::demand::Demand;
 use crate::gate::MAX_CAPACITY;
 use crate::gate::limit::Limit;
-use crate::header;
 use crate::keyed::KeyedGate;
 use crate::pool::Pool;
-
-/// What the layer does besides admitting.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AdmissionConfig {
-    /// Wait in line within the request's deadline instead of refusing at once.
-    pub(crate) wait: bool,
-    /// `(default, offset)` for [`header::request_deadline`], or none.
-    pub(crate) deadline: Option<(Duration, Duration)>,
-}
-
-impl AdmissionConfig {
-    /// The request's deadline: from its headers if configured, cut by a [`Deadline`]
-    /// already in its extensions (put there by an outer layer); `None` if neither.
-    pub(crate) fn deadline<B>(&self, request: &Request<B>) -> Option<Deadline> {
-        let outer = request.extensions().get::<Deadline>().copied();
-        let own = self.deadline.map(|(default, offset)| {
-            let lookup = |name: &str| request.headers().get(name).map(|v| v.as_bytes());
-            header::request_deadline(lookup, default, offset)
-        });
-        match (own, outer) {
-            (Some(own), Some(outer)) => Some(own.min(outer)),
-            (own, outer) => own.or(outer),
-        }
-    }
-}
 
 /// A tower [`Layer`](tower_layer::Layer) that admits each request through a loopguard gate,
 /// holding the slot until the response body has been written.
@@ -55,7 +28,7 @@ impl AdmissionConfig {
 /// - **Wait** ([`wait_within_deadline`](AdmissionLayer::wait_within_deadline)): wait in FIFO
 ///   order within the request's deadline, then the 503.
 /// - **Deadlines** ([`deadline_from_headers`](AdmissionLayer::deadline_from_headers)): a
-///   [`Deadline`] from the request's timeout headers, in its extensions for the handler.
+///   [`Deadline`](crate::deadline::Deadline) from the request's timeout headers, in its extensions for the handler.
 ///
 /// An admitted request's [`Slot`](super::Slot) is in its extensions too: the slot is held by
 /// the response body and by every clone of it.
@@ -264,7 +237,7 @@ impl<M: Mode> AdmissionLayer<M> {
 
     /// Wait in FIFO order for a slot instead of refusing at once, within the request's
     /// deadline (see [`deadline_from_headers`](AdmissionLayer::deadline_from_headers); a
-    /// [`Deadline`] an outer layer put in the request's extensions counts too; with
+    /// [`Deadline`](crate::deadline::Deadline) an outer layer put in the request's extensions counts too; with
     /// neither, the wait has no end). A request whose deadline passes in line gets the
     /// 503; a slot granted to it at that moment passes on to the next in line.
     ///
@@ -290,8 +263,8 @@ impl<M: Mode> AdmissionLayer<M> {
         self
     }
 
-    /// Gives each request a [`Deadline`] from its timeout headers, computed when it
-    /// arrives, before any wait: [`header::request_deadline`] with `default` (the server's
+    /// Gives each request a [`Deadline`](crate::deadline::Deadline) from its timeout headers, computed when it
+    /// arrives, before any wait: [`header::request_deadline`](crate::header::request_deadline) with `default` (the server's
     /// own budget) and `offset` (kept for encoding and sending the answer), cut by a
     /// `Deadline` already in its extensions. The deadline replaces that one in the
     /// request's extensions, for the handler to spend (`pool.run_within(deadline, ..)`).
@@ -300,7 +273,7 @@ impl<M: Mode> AdmissionLayer<M> {
     /// them, whatever the offset. An offset that would use a timeout up takes half of it
     /// instead (a `400 ms` timeout with a `500 ms` offset leaves 200 ms); the server's
     /// `default` applies only to requests that sent no timeout, or a longer one (see the
-    /// [`header`] module).
+    /// [`header`](crate::header) module).
     ///
     /// # Examples
     ///

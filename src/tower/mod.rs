@@ -116,6 +116,7 @@
 //!   handler's future.
 
 mod body;
+mod config;
 mod gated;
 mod layer;
 mod mode;

@@ -1,5 +1,6 @@
-//! How a request is admitted: [`Limited`] (a named limit of the layer's own), [`OnPool`] (a
-//! pool's slots) or [`Keyed`] (a [`KeyedGate`] slot for the request's key).
+//! How a request is admitted: [`Limited`](super::Limited) (a named limit of the layer's
+//! own), [`OnPool`](super::OnPool) (a pool's slots) or [`Keyed`] (a [`KeyedGate`] slot for
+//! the request's key).
 //!
 //! The modes answer the same questions (take a slot now? wait for one? how long until one
 //! frees up?) through a sealed trait, so the service and its future are written once.
@@ -16,7 +17,6 @@ use std::time::{Duration, Instant};
 use http::Request;
 use http::request::Parts;
 
-use super::gated::{Limited, OnPool};
 use crate::gate::limit::Average;
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
 use crate::pool::Pool;
@@ -71,8 +71,8 @@ pub enum AdmitOutcome<M: Admit, B> {
     Later(M::Ticket, Request<B>),
 }
 
-/// How an [`AdmissionLayer`](super::AdmissionLayer) admits requests: [`Limited`],
-/// [`OnPool`] or [`Keyed`]. Sealed: implemented by those three only.
+/// How an [`AdmissionLayer`](super::AdmissionLayer) admits requests:
+/// [`Limited`](super::Limited), [`OnPool`](super::OnPool) or [`Keyed`]. Sealed: implemented by those three only.
 ///
 /// # Examples
 ///
@@ -88,8 +88,6 @@ pub enum AdmitOutcome<M: Admit, B> {
 /// ```
 pub trait Mode: Admit {}
 
-impl Mode for Limited {}
-impl Mode for OnPool {}
 impl<K, F> Mode for Keyed<K, F>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,

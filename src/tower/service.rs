@@ -10,8 +10,8 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::AdmissionBody;
+use super::config::AdmissionConfig;
 use super::gated::Limited;
-use super::layer::AdmissionConfig;
 use super::mode::{AdmitOutcome, Mode};
 use super::refuse::refusal;
 use super::slot::Slot;
