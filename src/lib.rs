@@ -121,6 +121,9 @@
     unreachable_pub
 )]
 
+#[cfg(feature = "prometheus-client")]
+mod collector;
+mod emit;
 mod failure;
 mod gate;
 mod handoff;

@@ -62,7 +62,7 @@ use crate::retry::RetryError;
 use crate::sync::contain;
 
 const RECORDER: &str = "the metrics recorder";
-use crate::telemetry::{
+use crate::emit::{
     self, LABEL_OPERATION, LABEL_OUTCOME, OPERATION_DURATION_SECONDS, OPERATIONS_IN_FLIGHT,
 };
 
@@ -294,7 +294,7 @@ impl Operation {
     pub fn new(name: impl Into<SharedString>) -> Operation {
         let name: SharedString = name.into();
         let histogram = |outcome: Outcome| {
-            telemetry::register(
+            emit::register(
                 || {
                     ::metrics::histogram!(
                         OPERATION_DURATION_SECONDS,
@@ -305,7 +305,7 @@ impl Operation {
                 Histogram::noop,
             )
         };
-        let in_flight = telemetry::register(
+        let in_flight = emit::register(
             || ::metrics::gauge!(OPERATIONS_IN_FLIGHT, LABEL_OPERATION => name.clone()),
             Gauge::noop,
         );

@@ -2,25 +2,32 @@
 //! runs inside a job of the pool it reports on encodes what `publish_metrics` read on the
 //! loop, not itself; and the series are those the `metrics` facade gives a real
 //! metrics-exporter-prometheus recorder (installed globally in this binary of its own,
-//! since worker threads emit too), same names, labels, types and values, for a pool and a
-//! refresh cache.
+//! since worker threads emit too), same names, labels, types and values, for a pool, a
+//! refresh cache, a keyed gate and a tower layer of its own; each source is encoded once
+//! however often it is given.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::{Latch, hold};
 use futures_lite::future::block_on;
 use loopguard::Fallible;
 use loopguard::deadline::Deadline;
+use loopguard::keyed::KeyedGate;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
 use loopguard::refresh::Refresh;
 use loopguard::telemetry::{Collector, DURATION_BUCKETS};
+use loopguard::tower::AdmissionLayer;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use prometheus_client::registry::Registry;
+use tower_layer::Layer;
+use tower_service::Service;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -211,17 +218,62 @@ fn the_same_series_as_the_metrics_facade() {
     }
     block_on(pool.wait_idle());
 
+    // A keyed gate: a busy key and a refusal.
+    let tenants = KeyedGate::<String>::new("tenants");
+    let busy = tenants.try_acquire("a".to_string()).unwrap();
+    assert!(tenants.try_acquire("a".to_string()).is_err());
+    drop(tenants.try_acquire("b".to_string()).unwrap());
+
+    // A layer of its own: one request served, one refused while a response holds the slot.
+    let layer = AdmissionLayer::new("api", 1).unwrap();
+    let mut service = layer.layer(Hello);
+    let first = block_on(call(&mut service)).unwrap();
+    let refused = block_on(call(&mut service)).unwrap();
+    assert_eq!(refused.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    drop((first, refused));
+    assert_eq!((layer.in_use(), layer.rejected()), (0, 1));
+
     pool.publish_metrics();
+    tenants.publish_metrics();
+    layer.publish_metrics();
+    drop(busy);
     let facade_text = facade.render();
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Collector::new().pool(&pool).refresh(&cache)));
+    // The pool given three times (itself, a clone, a layer on its slots): read once.
+    let collector = Collector::new()
+        .pool(&pool)
+        .refresh(&cache)
+        .keyed(&tenants)
+        .layer(&layer)
+        .pool(&pool.clone())
+        .layer(&AdmissionLayer::for_pool(&pool))
+        .refresh(&cache.clone())
+        .keyed(&tenants.clone());
+    registry.register_collector(Box::new(collector));
     let mut ours = String::new();
     prometheus_client::encoding::text::encode(&mut ours, &registry).unwrap();
+    for once in [
+        "loopguard_pool_capacity{pool=\"same\"}",
+        "loopguard_refresh_hits_total{cache=\"cached\"}",
+        "loopguard_keyed_rejected_total{gate=\"tenants\"}",
+        "loopguard_pool_capacity{pool=\"api\"}",
+    ] {
+        let lines = ours.lines().filter(|l| l.starts_with(once)).count();
+        assert_eq!(lines, 1, "{once} encoded {lines} times in:\n{ours}");
+    }
 
-    let mut theirs = samples(&facade_text, "pool", "same");
-    theirs.extend(samples(&facade_text, "cache", "cached"));
-    let mut mine = samples(&ours, "pool", "same");
-    mine.extend(samples(&ours, "cache", "cached"));
+    let sources = [
+        ("pool", "same"),
+        ("cache", "cached"),
+        ("gate", "tenants"),
+        ("pool", "api"),
+    ];
+    let mut theirs = Samples::new();
+    let mut mine = Samples::new();
+    for (key, value) in sources {
+        theirs.extend(samples(&facade_text, key, value));
+        mine.extend(samples(&ours, key, value));
+    }
     assert_eq!(
         theirs.keys().collect::<Vec<_>>(),
         mine.keys().collect::<Vec<_>>(),
@@ -259,8 +311,48 @@ fn the_same_series_as_the_metrics_facade() {
         ),
         (r#"loopguard_refresh_hits_total{cache="cached"}"#, 1.0),
         (r#"loopguard_pool_in_use{pool="same"}"#, 0.0),
+        (r#"loopguard_keyed_rejected_total{gate="tenants"}"#, 1.0),
+        (r#"loopguard_pool_rejected_total{pool="api"}"#, 1.0),
+        (r#"loopguard_pool_capacity{pool="api"}"#, 1.0),
+        (r#"loopguard_pool_wait_seconds_count{pool="api"}"#, 1.0),
     ] {
         assert_eq!(value(&ours, series), expected, "{series} in:\n{ours}");
     }
+    // The busy key had demand when it was published; the key that came and went has an
+    // entry (its demand is recent) and a value of its own.
+    let key_a = value(
+        &ours,
+        r#"loopguard_keyed_demand_avg{gate="tenants",key="a"}"#,
+    );
+    assert!(key_a > 0.0, "key a's demand in:\n{ours}");
+    value(
+        &ours,
+        r#"loopguard_keyed_demand_avg{gate="tenants",key="b"}"#,
+    );
     assert_eq!(types(&facade_text), types(&ours));
+}
+
+/// Always ready; answers at once.
+#[derive(Clone)]
+struct Hello;
+
+impl Service<http::Request<()>> for Hello {
+    type Response = http::Response<&'static str>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<()>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new("hello")))
+    }
+}
+
+/// One request through `service`, as a server sends it: made ready, then called.
+fn call<S: Service<http::Request<()>>>(service: &mut S) -> S::Future {
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(service.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    service.call(http::Request::get("/").body(()).unwrap())
 }

@@ -15,12 +15,12 @@ use ::metrics::{Counter, Gauge, Histogram};
 use super::wait::{Ended, SlotWait};
 use super::{Gate, Refused};
 use crate::demand::Demand;
-use crate::signal::Signal;
-use crate::telemetry::durations::Durations;
-use crate::telemetry::{
+use crate::emit::durations::Durations;
+use crate::emit::{
     self, Counted, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE, POOL_REJECTED_TOTAL,
     POOL_WAIT_SECONDS, POOL_WAITING, Published,
 };
+use crate::signal::Signal;
 
 /// A named gate and its accounting; see the [module docs](self).
 #[derive(Debug)]
@@ -52,16 +52,16 @@ impl Limit {
         let label = || name.to_string();
         let gauge = |metric: &'static str| {
             let gauge =
-                telemetry::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
-            telemetry::set(&gauge, 0.0);
+                emit::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            emit::set(&gauge, 0.0);
             gauge
         };
-        telemetry::set(&gauge(POOL_CAPACITY), capacity as f64);
-        let rejected = Counted::new(telemetry::register(
+        emit::set(&gauge(POOL_CAPACITY), capacity as f64);
+        let rejected = Counted::new(emit::register(
             || ::metrics::counter!(POOL_REJECTED_TOTAL, "pool" => label()),
             Counter::noop,
         ));
-        let wait_seconds = telemetry::register(
+        let wait_seconds = emit::register(
             || ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label()),
             Histogram::noop,
         );
@@ -109,10 +109,16 @@ impl Limit {
         }
     }
 
-    /// Records the wait of an admitted caller (user code: call it last).
+    /// Records the wait of an admitted caller: in the limit's own record, then to the
+    /// recorder (user code: call it last).
     pub(crate) fn record_wait(&self, waited: Duration) {
         self.wait_time.record(waited);
-        telemetry::record(&self.wait_seconds, waited);
+        self.emit_wait(waited);
+    }
+
+    /// Tells the recorder of a wait already in the limit's own record (user code).
+    pub(crate) fn emit_wait(&self, waited: Duration) {
+        emit::record(&self.wait_seconds, waited);
     }
 
     /// A caller joined the line.
@@ -168,9 +174,9 @@ impl Limit {
     /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
     pub(crate) fn publish(&self, now: Instant) {
         self.rejected.flush();
-        telemetry::set(&self.in_use, self.gate.in_use() as f64);
-        telemetry::set(&self.waiting, self.gate.waiting() as f64);
-        telemetry::set(&self.demand_avg, self.demand_at(now));
+        emit::set(&self.in_use, self.gate.in_use() as f64);
+        emit::set(&self.waiting, self.gate.waiting() as f64);
+        emit::set(&self.demand_avg, self.demand_at(now));
     }
 
     /// The gauges as the last [`publish`](Limit::publish) set them: in use, waiting, demand.

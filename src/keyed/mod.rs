@@ -60,10 +60,8 @@ use loom::sync::{Mutex, MutexGuard};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::demand::{DEFAULT_WINDOW, DemandCore};
+use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 use crate::sync::{contain, wake};
-use crate::telemetry::{
-    self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY,
-};
 
 mod builder;
 mod permit;
@@ -311,7 +309,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         proto: DemandCore,
     ) -> Self {
         let name: Arc<str> = Arc::from(name);
-        let rejected = Counted::new(telemetry::register(
+        let rejected = Counted::new(emit::register(
             || metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name)),
             metrics::Counter::noop,
         ));
@@ -591,6 +589,24 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     pub fn prune_at(&self, now: Instant) {
         let mut state = self.inner.lock();
         self.inner.sweep(&mut state, now);
+    }
+
+    /// Each tracked key and its demand as the last [`publish_metrics`](Self::publish_metrics)
+    /// read it (0 for a key tracked since): what a registry that reads encodes. The keys
+    /// are cloned under the lock, as `publish_metrics` clones them; they are dropped, and
+    /// displayed, by the caller after it.
+    #[cfg(feature = "prometheus-client")]
+    pub(crate) fn published(&self) -> Vec<(K, f64)> {
+        let state = self.inner.lock();
+        (state.entries.iter())
+            .map(|(key, entry)| (key.clone(), entry.published))
+            .collect()
+    }
+
+    /// The address of the state this gate's clones share: its identity.
+    #[cfg(feature = "prometheus-client")]
+    pub(crate) fn identity(&self) -> *const () {
+        Arc::as_ptr(&self.inner).cast()
     }
 
     /// Sets the `loopguard_keyed_demand_avg` gauge of every tracked key to its demand

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{OrphanHandler, Report, ReportKind};
+use crate::emit::{self, Counted, ORPHANED_FAILURES_TOTAL};
 use crate::failure::{Classifier, Panicked};
 use crate::sync::{contain, drop_contained};
-use crate::telemetry::{self, Counted, ORPHANED_FAILURES_TOTAL};
 
 /// Where the outcomes of one pool's (or shield's) orphaned work go.
 pub(crate) struct Reporter {
@@ -30,7 +30,7 @@ impl Reporter {
     /// A reporter for work of `origin`, registering its orphaned-failures series.
     pub(crate) fn new(origin: Arc<str>, handler: OrphanHandler) -> Reporter {
         let label = origin.to_string();
-        let metric = telemetry::register(
+        let metric = emit::register(
             || ::metrics::counter!(ORPHANED_FAILURES_TOTAL, "pool" => label),
             ::metrics::Counter::noop,
         );

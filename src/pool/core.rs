@@ -14,11 +14,11 @@ use super::builder::PoolBuilder;
 use super::monitor::Monitor;
 use super::stats::Stats;
 use super::workers::Workers;
+use crate::emit;
 use crate::gate::limit::Limit;
 use crate::orphan::Reporter;
 use crate::signal::Signal;
 use crate::sync::lock;
-use crate::telemetry;
 
 pub(crate) struct Core {
     /// The pool's name, the gate and its accounting and its accounting: slots, demand, refusals, waits, the idle signal.
@@ -88,7 +88,7 @@ impl Core {
     pub(crate) fn publish_metrics(&self, now: Instant) {
         self.limit.publish(now);
         let oldest = self.workers.oldest_job_age(now).unwrap_or_default();
-        telemetry::set(&self.stats.oldest_job_seconds, oldest.as_secs_f64());
+        emit::set(&self.stats.oldest_job_seconds, oldest.as_secs_f64());
     }
 
     /// Stops admission; returns whether this call closed the pool.

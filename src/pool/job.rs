@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use super::core::Core;
 use super::error::{Saturated, TryRunError};
 use super::workers::Task;
+use crate::emit::JobOutcome;
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::gate::Refused;
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::{drop_quietly, lock, panic_message};
-use crate::telemetry::JobOutcome;
 
 mod sealed {
     pub trait Sealed {}
@@ -121,9 +121,11 @@ pub(crate) fn admit<W: IntoJob<T>, T: Send + 'static>(
     counted: bool,
 ) -> Job<T> {
     core.limit.admitted(counted);
+    // The pool's own record first, so `stats()` counts this wait before the job can run;
+    // the recorder is user code: it hears of the wait once the job is on its way.
+    core.limit.wait_time.record(waited);
     let job = dispatch(core, work, None);
-    // The recorder is user code: it hears of the wait once the job is on its way.
-    core.limit.record_wait(waited);
+    core.limit.emit_wait(waited);
     job
 }
 

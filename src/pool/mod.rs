@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use self::core::Core;
 use crate::deadline::Deadline;
-use crate::telemetry::JobOutcome;
+use crate::emit::JobOutcome;
 
 pub use self::builder::{MAX_WORKERS, PoolBuilder};
 pub use self::error::{RunError, Saturated, TryRunError, WithinError};
@@ -36,7 +36,7 @@ pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
 pub use self::stats::PoolStats;
 pub use self::within::TryRunWithin;
-pub use crate::telemetry::durations::DurationStats;
+pub use crate::emit::durations::DurationStats;
 
 /// A fixed set of worker threads for blocking work, behind an admission gate with exactly
 /// one slot per thread.
@@ -496,7 +496,7 @@ impl Pool {
     }
 
     /// Whether `other` is a handle of this same pool.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "prometheus-client"))]
     pub(crate) fn same_pool(&self, other: &Pool) -> bool {
         Arc::ptr_eq(self.core(), other.core())
     }

@@ -10,9 +10,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::workers::Workers;
+use crate::emit::Counted;
 use crate::orphan::{ReportKind, Reporter};
 use crate::sync::lock;
-use crate::telemetry::Counted;
 
 /// The monitor's stop signal.
 pub(crate) struct Monitor {

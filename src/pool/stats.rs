@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use ::metrics::{Counter, Gauge, Histogram};
 
-use crate::telemetry::durations::{DurationStats, Durations};
-use crate::telemetry::{
+use crate::emit::durations::{DurationStats, Durations};
+use crate::emit::{
     self, Counted, JOB_OUTCOMES, JobOutcome, POOL_JOB_SECONDS, POOL_JOBS_TOTAL,
     POOL_OLDEST_JOB_SECONDS, POOL_STUCK_JOBS_TOTAL, Published,
 };
@@ -62,10 +62,10 @@ pub struct PoolStats {
 impl super::Pool {
     /// The read gauges as the last [`publish_metrics`](super::Pool::publish_metrics) set
     /// them: what a registry that reads (the prometheus-client collector) encodes.
-    pub(crate) fn published(&self) -> telemetry::PublishedGauges {
+    pub(crate) fn published(&self) -> emit::PublishedGauges {
         let core = self.core();
         let (in_use, waiting, demand_avg) = core.limit.published();
-        telemetry::PublishedGauges {
+        emit::PublishedGauges {
             in_use,
             waiting,
             oldest_job_seconds: core.stats.oldest_job_seconds.last(),
@@ -94,26 +94,26 @@ impl Stats {
     pub(crate) fn register(name: &str) -> Stats {
         let label = || name.to_string();
         let counter = |metric: &'static str| {
-            Counted::new(telemetry::register(
+            Counted::new(emit::register(
                 || ::metrics::counter!(metric, "pool" => label()),
                 Counter::noop,
             ))
         };
         let gauge = |metric: &'static str| {
             let gauge =
-                telemetry::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
-            telemetry::set(&gauge, 0.0);
+                emit::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            emit::set(&gauge, 0.0);
             gauge
         };
         let published = |metric: &'static str| Published::new(gauge(metric));
         let histogram = |metric: &'static str| {
-            telemetry::register(
+            emit::register(
                 || ::metrics::histogram!(metric, "pool" => label()),
                 Histogram::noop,
             )
         };
         let job = |outcome: &'static str| {
-            Counted::new(telemetry::register(
+            Counted::new(emit::register(
                 || ::metrics::counter!(POOL_JOBS_TOTAL, "pool" => label(), "outcome" => outcome),
                 Counter::noop,
             ))
@@ -142,6 +142,6 @@ impl Stats {
     /// Tells the recorder about a job counted by [`count_job`](Stats::count_job).
     pub(crate) fn emit_job(&self, outcome: JobOutcome, elapsed: Duration) {
         self.jobs[outcome as usize].emit();
-        telemetry::record(&self.job_seconds, elapsed);
+        emit::record(&self.job_seconds, elapsed);
     }
 }

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use super::flight::Counters;
 use super::{BoxFuture, CollectionRunner, Refresh, Source, assemble};
-use crate::pool::Pool;
-use crate::shield::Shield;
-use crate::telemetry::{
+use crate::emit::{
     self, Counted, LABEL_CACHE, LABEL_OUTCOME, REFRESH_EXPIRED_WAITS_TOTAL, REFRESH_HITS_TOTAL,
     REFRESH_JOINS_TOTAL, REFRESH_OUTCOMES, REFRESH_RUNS_TOTAL,
 };
+use crate::pool::Pool;
+use crate::shield::Shield;
 
 /// The default TTL of a [`Refresh`] cache.
 const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -136,13 +136,13 @@ impl RefreshBuilder {
 /// Registers the cache's counters, each with a zero.
 pub(super) fn register(name: &str) -> Counters {
     let counter = |metric: &'static str| {
-        Counted::new(telemetry::register(
+        Counted::new(emit::register(
             || ::metrics::counter!(metric, LABEL_CACHE => name.to_string()),
             ::metrics::Counter::noop,
         ))
     };
     let run = |outcome: &'static str| {
-        Counted::new(telemetry::register(
+        Counted::new(emit::register(
             || {
                 ::metrics::counter!(
                     REFRESH_RUNS_TOTAL,

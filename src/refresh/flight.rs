@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use crate::signal::Signal;
 use futures_lite::FutureExt;
 
+use crate::emit::{Counted, RunOutcome};
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
 use crate::sync::{drop_contained, lock, panic_message};
-use crate::telemetry::{Counted, RunOutcome};
 
 /// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
 /// into the metric registered when the cache was built.

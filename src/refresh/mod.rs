@@ -51,10 +51,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
+use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
 use crate::sync::lock;
-use crate::telemetry::RunOutcome;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
@@ -435,6 +435,12 @@ impl<T, E> Refresh<T, E> {
     /// See [`Refresh::builder`].
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// The address of the state this cache's clones share: its identity.
+    #[cfg(feature = "prometheus-client")]
+    pub(crate) fn identity(&self) -> *const () {
+        Arc::as_ptr(&self.inner).cast()
     }
 
     /// When the newest finished collection (success or failure) started; `None` before the

@@ -1,0 +1,70 @@
+//! What loopguard emits, and [`describe_metrics`].
+//!
+//! loopguard only *emits* through the [`metrics`] facade; the application installs the
+//! recorder (for example `metrics-exporter-prometheus`). Handles are obtained when a pool,
+//! shield, gate, layer or cache is built, so install the recorder first. Counters and
+//! gauges (each `outcome` label included) are created at build time with a zero value, so
+//! dashboards and alerts never see them missing; a histogram appears with its first
+//! observation, and a key's `loopguard_keyed_demand_avg` when the key is first published
+//! (keys are pruned when idle: keep them to a bounded set).
+//!
+//! | name | type | labels |
+//! |---|---|---|
+//! | `loopguard_pool_capacity` | gauge | `pool` |
+//! | `loopguard_pool_in_use` | gauge, read | `pool` |
+//! | `loopguard_pool_waiting` | gauge, read | `pool` |
+//! | `loopguard_pool_jobs_total` | counter | `pool`, `outcome` = `ok` / `error` / `panicked` |
+//! | `loopguard_pool_rejected_total` | counter, in batches | `pool` |
+//! | `loopguard_pool_wait_seconds` | histogram | `pool` |
+//! | `loopguard_pool_job_seconds` | histogram | `pool` |
+//! | `loopguard_pool_oldest_job_seconds` | gauge, read | `pool` |
+//! | `loopguard_pool_demand_avg` | gauge, read | `pool` |
+//! | `loopguard_orphaned_failures_total` | counter | `pool` (a shield's name for a shield) |
+//! | `loopguard_pool_stuck_jobs_total` | counter | `pool` |
+//! | `loopguard_keyed_demand_avg` | gauge, read | `gate`, `key` |
+//! | `loopguard_keyed_rejected_total` | counter | `gate` |
+//! | `loopguard_refresh_runs_total` | counter | `cache`, `outcome` = `ok` / `error` |
+//! | `loopguard_refresh_hits_total` | counter | `cache` |
+//! | `loopguard_refresh_joins_total` | counter | `cache` |
+//! | `loopguard_refresh_expired_waits_total` | counter | `cache` |
+//! | `loopguard_operation_duration_seconds` | histogram | `operation`, `outcome` = `success` / `deadline` / `cancelled` / `error` |
+//! | `loopguard_operations_in_flight` | gauge | `operation` |
+//!
+//! The `pool` series of admission (capacity, in use, waiting, rejected, wait seconds,
+//! demand) are also emitted by a tower `AdmissionLayer` of its own, under its name.
+//!
+//! A refusal only counts (one atomic add, so refusing stays cheap under a storm); the
+//! recorder hears of refusals in one update when the next job finishes and at
+//! `publish_metrics`, so a scrape that publishes first sees them all;
+//! [`PoolStats::rejected`](crate::pool::PoolStats::rejected) is always exact. The gauges
+//! that are *read* rather than pushed are updated by
+//! [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics) and
+//! [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics): call them
+//! right before rendering a scrape, and before the scrape takes a slot of its own, so a
+//! scrape never counts itself.
+//!
+//! `loopguard_pool_demand_avg` counts what the pool admitted (and callers waiting in
+//! `run`), so under overload it stops near the capacity exactly when `try_run` starts
+//! refusing. To scale on the load the pool refuses, use the offered load recorded by
+//! `ops/prometheus/loopguard-recording.yaml` in the repository (demand plus the rate of
+//! refusals times the mean job time, by Little's law).
+//!
+//! With the `prometheus-client` feature, `Collector` publishes the same series (names,
+//! labels, types) to a `prometheus_client` registry instead, reading the pools' own
+//! numbers; the read gauges are again those `publish_metrics` read on the loop.
+//!
+//! A recorder is code loopguard does not own: every call into it is contained, so a
+//! panicking recorder loses that one update and nothing else (see [`contained_panics`]).
+//!
+//! # Examples
+//!
+//! ```
+//! // Once, at startup, after installing a recorder:
+//! loopguard::telemetry::describe_metrics();
+//! ```
+
+pub use crate::emit::{DURATION_BUCKETS, contained_panics, describe_metrics};
+
+#[cfg(feature = "prometheus-client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus-client")))]
+pub use crate::collector::Collector;
