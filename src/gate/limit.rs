@@ -111,6 +111,7 @@ impl Limit {
 
     /// Records the wait of an admitted caller: in the limit's own record, then to the
     /// recorder (user code: call it last).
+    #[cfg(feature = "tower")]
     pub(crate) fn record_wait(&self, waited: Duration) {
         self.wait_time.record(waited);
         self.emit_wait(waited);
