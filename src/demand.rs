@@ -33,10 +33,9 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Number of buckets the window is divided into.
-const BUCKETS: u64 = 64;
-/// Ring slots: the current, partial bucket plus `BUCKETS` older ones.
-const SLOTS: usize = BUCKETS as usize + 1;
+/// Ring slots of a [`Demand`]'s history (and a pool's): the current, partial bucket plus
+/// 64 older ones, so the window is divided into 64 buckets.
+pub(crate) const SLOTS: usize = 65;
 
 /// The window of [`Demand::default`] (and of every pool unless its builder sets one):
 /// five seconds.
@@ -74,22 +73,33 @@ struct Bucket {
 }
 
 /// The lock-free core shared by [`Demand`] and the keyed gate (which keeps one
-/// per key under its own lock). Times are nanoseconds since `start`.
+/// per key under its own lock). Times are nanoseconds since `start`. `N` ring slots: the
+/// window is divided into `N - 1` buckets (at least 1, so `N >= 2`).
 #[derive(Clone, Copy)]
-pub(crate) struct DemandCore {
+pub(crate) struct DemandCore<const N: usize = SLOTS> {
     start: Instant,
     window_ns: u64,
     bucket_ns: u64,
     last_ns: u64,
     level: usize,
-    buckets: [Bucket; SLOTS],
+    buckets: [Bucket; N],
 }
 
-fn slot(bucket: u64) -> usize {
-    (bucket % SLOTS as u64) as usize
-}
+impl<const N: usize> DemandCore<N> {
+    /// Ring slots (for tests that name a history's size).
+    #[cfg(test)]
+    pub(crate) const SLOTS: usize = N;
 
-impl DemandCore {
+    /// Buckets the window is divided into: every slot but the current one.
+    const BUCKETS: u64 = {
+        assert!(N >= 2, "a demand history needs at least two ring slots");
+        N as u64 - 1
+    };
+
+    fn slot(bucket: u64) -> usize {
+        (bucket % N as u64) as usize
+    }
+
     pub(crate) fn new(window: Duration, start: Instant) -> Result<Self, InvalidWindow> {
         match u64::try_from(window.as_nanos()) {
             Ok(window_ns) if window_ns > 0 => Ok(Self::with_nanos(window_ns, start)),
@@ -113,10 +123,10 @@ impl DemandCore {
         Self {
             start,
             window_ns,
-            bucket_ns: window_ns.div_ceil(BUCKETS).max(1),
+            bucket_ns: window_ns.div_ceil(Self::BUCKETS).max(1),
             last_ns: 0,
             level: 0,
-            buckets: [Bucket::default(); SLOTS],
+            buckets: [Bucket::default(); N],
         }
     }
 
@@ -147,13 +157,13 @@ impl DemandCore {
         } else {
             (cur + 1).saturating_mul(bl)
         };
-        let bucket = &mut self.buckets[slot(cur)];
+        let bucket = &mut self.buckets[Self::slot(cur)];
         bucket.integral = bucket
             .integral
             .saturating_add(level.saturating_mul(u128::from(cur_end - from)));
         if cur != target {
             // Buckets entered now start with the current level as their tail.
-            let first = (cur + 1).max(target.saturating_sub(BUCKETS));
+            let first = (cur + 1).max(target.saturating_sub(Self::BUCKETS));
             for index in first..=target {
                 let bucket_start = index.saturating_mul(bl);
                 let spent = if index == target {
@@ -161,7 +171,7 @@ impl DemandCore {
                 } else {
                     bl
                 };
-                self.buckets[slot(index)] = Bucket {
+                self.buckets[Self::slot(index)] = Bucket {
                     integral: level.saturating_mul(u128::from(spent)),
                     tail_start: bucket_start,
                     tail_level: self.level,
@@ -179,7 +189,7 @@ impl DemandCore {
         } else {
             self.level.saturating_add(delta.unsigned_abs())
         };
-        let bucket = &mut self.buckets[slot(now_ns / self.bucket_ns)];
+        let bucket = &mut self.buckets[Self::slot(now_ns / self.bucket_ns)];
         bucket.tail_start = now_ns;
         bucket.tail_level = self.level;
     }
@@ -206,7 +216,7 @@ impl DemandCore {
         let window_start = now_ns - self.window_ns;
         let (oldest, cur) = (window_start / bl, now_ns / bl);
         let full = (oldest + 1..=cur).fold(0u128, |a, b| {
-            a.saturating_add(self.buckets[slot(b)].integral)
+            a.saturating_add(self.buckets[Self::slot(b)].integral)
         });
         (full as f64 + self.oldest_part(oldest, window_start)) / self.window_ns as f64
     }
@@ -214,7 +224,7 @@ impl DemandCore {
     /// The integral of the oldest bucket from `window_start` to its end: exact
     /// after its last change, pro-rated before it.
     fn oldest_part(&self, index: u64, window_start: u64) -> f64 {
-        let bucket = self.buckets[slot(index)];
+        let bucket = self.buckets[Self::slot(index)];
         let bucket_start = index.saturating_mul(self.bucket_ns);
         let end = bucket_start.saturating_add(self.bucket_ns);
         let tail_start = bucket.tail_start.clamp(bucket_start, end);
@@ -507,5 +517,72 @@ impl fmt::Debug for DemandGuard {
         f.debug_struct("DemandGuard")
             .field("demand", &self.demand)
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use super::*;
+
+    /// The integral of a piecewise-constant level over `[from, to]`.
+    fn exact_integral(events: &[(Duration, usize)], from: Duration, to: Duration) -> f64 {
+        let mut total = 0.0;
+        for (i, &(at, level)) in events.iter().enumerate() {
+            let until = events.get(i + 1).map_or(to, |next| next.0);
+            let (a, b) = (at.max(from), until.min(to));
+            if b > a {
+                total += level as f64 * (b - a).as_secs_f64();
+            }
+        }
+        total
+    }
+
+    /// A core of `N` slots against an exact reference: within the oldest bucket's peak
+    /// level × 1/(N - 1) of the window anywhere, exact when the window starts on a bucket
+    /// boundary.
+    fn within_the_bound<const N: usize>() {
+        let window = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let mut core = DemandCore::<N>::new(window, t0).unwrap();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut at, mut level, mut peak) = (Duration::ZERO, 0usize, 0usize);
+        let mut events = vec![(Duration::ZERO, 0)];
+        for _ in 0..2000 {
+            at += Duration::from_micros(next() % 20_000);
+            let delta = (next() % 5) as isize - 2;
+            core.add_at(t0 + at, delta);
+            level = level.saturating_add_signed(delta);
+            peak = peak.max(level);
+            events.push((at, level));
+        }
+        let buckets = N as u32 - 1;
+        let bucket = window / buckets;
+        for step in 0..200u32 {
+            let now = at + Duration::from_micros(u64::from(step) * 37_003);
+            let from = now.saturating_sub(window);
+            let exact = exact_integral(&events, from, now) / (now - from).as_secs_f64();
+            let got = core.average_at(t0 + now);
+            let bound = peak as f64 / f64::from(buckets) + 1e-9;
+            assert!(
+                (got - exact).abs() <= bound,
+                "N={N} at {now:?}: {got} vs {exact}"
+            );
+            let aligned = bucket * now.as_nanos().div_ceil(bucket.as_nanos()) as u32;
+            let exact = exact_integral(&events, aligned - window, aligned) / window.as_secs_f64();
+            let got = core.average_at(t0 + aligned);
+            assert!((got - exact).abs() < 1e-6, "N={N} aligned {aligned:?}");
+        }
+    }
+
+    #[test]
+    fn a_pool_history_and_a_key_history_keep_their_documented_bounds() {
+        within_the_bound::<SLOTS>();
+        within_the_bound::<{ crate::keyed::KeyDemand::SLOTS }>();
     }
 }

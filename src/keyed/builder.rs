@@ -7,7 +7,6 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::KeyedGate;
-use crate::demand::DemandCore;
 
 /// Configures a [`KeyedGate`]; made by [`KeyedGate::builder`].
 ///
@@ -94,7 +93,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
             let message = "key capacity must be at least one";
             return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         }
-        let proto = DemandCore::new(self.window, Instant::now())?;
+        let proto = super::KeyDemand::new(self.window, Instant::now())?;
         Ok(KeyedGate::from_parts(
             &self.name,
             self.capacity,

@@ -14,7 +14,10 @@
 //!   frees the key. A freed slot goes straight to the oldest waiter.
 //!
 //! Each key tracks its time-weighted [demand](crate::demand) (holders plus
-//! waiters, over the gate's window).
+//! waiters, over the gate's window), with the precision of a [`Demand`](crate::demand::Demand)
+//! whose window is split into 16 buckets rather than 64: exact in the same cases, and
+//! otherwise off by at most the oldest bucket's peak level × 1/16 of the window. A key's
+//! history is about 600 bytes, kept inline in its entry.
 //!
 //! # What an idle key costs
 //!
@@ -66,6 +69,13 @@ use crate::sync::{contain, wake};
 mod builder;
 mod permit;
 
+/// A key's demand history: 16 buckets over the gate's window (a pool's has 64). Every
+/// live key carries one inline in its table entry, so it is kept small (about 600 bytes
+/// instead of 2 KiB): a gate with a million live keys stays within a few hundred MB, and an
+/// admission touches one entry, not a spread of pages. The price is precision: see the
+/// [module docs](self).
+pub(crate) type KeyDemand = DemandCore<17>;
+
 pub use builder::KeyedGateBuilder;
 use permit::AcquireState;
 pub use permit::{Acquire, Busy, KeyPermit};
@@ -98,7 +108,7 @@ struct Keys<K> {
     capacity: usize,
     overrides: HashMap<K, usize>,
     /// An empty demand history with the gate's window; cloned per key.
-    proto: DemandCore,
+    proto: KeyDemand,
     created: Instant,
     /// `try_acquire` calls refused, mirrored into `loopguard_keyed_rejected_total`.
     rejected: Counted,
@@ -120,7 +130,7 @@ struct Entry {
     /// The first `granted` waiters have been handed a slot.
     granted: usize,
     waiters: VecDeque<KeyWaiter>,
-    demand: DemandCore,
+    demand: KeyDemand,
     published: f64,
 }
 
@@ -271,7 +281,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
             name,
             1,
             HashMap::new(),
-            DemandCore::with_default_window(Instant::now()),
+            KeyDemand::with_default_window(Instant::now()),
         )
     }
 
@@ -306,7 +316,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         name: &str,
         capacity: usize,
         overrides: HashMap<K, usize>,
-        proto: DemandCore,
+        proto: KeyDemand,
     ) -> Self {
         let name: Arc<str> = Arc::from(name);
         let rejected = Counted::new(emit::register(
