@@ -95,10 +95,12 @@ on_every_executor! {
         let mut jobs = fill(&pool, &started, &release);
         let job = jobs.pop().expect("one job");
         assert!(!job.is_finished(), "a running job is not finished");
+        assert_eq!(format!("{job:?}"), "Job { finished: false }");
         release.open();
         // The worker gives the slot back after it delivered the outcome.
         pool.wait_idle().await;
         assert!(job.is_finished());
+        assert_eq!(format!("{job:?}"), "Job { finished: true }");
         assert_eq!(job.await, Ok(0));
     }
 }

@@ -343,3 +343,50 @@ impl<T> fmt::Debug for Job<T> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use std::future::poll_fn;
+    use std::time::Duration;
+
+    use futures_lite::future::block_on;
+
+    use super::try_admit;
+    use crate::Fallible;
+    use crate::orphan::OrphanHandler;
+    use crate::pool::Pool;
+
+    /// The path `Run` and `TryRunWithin` take when an outcome they took turns out late: a
+    /// failure reaches the orphan handler, once, with its elapsed time; a success does
+    /// not. (Reached from them only when the deadline passes within one poll, between the
+    /// poll's own check and the outcome's arrival: no deterministic test reaches it there.)
+    #[test]
+    fn an_outcome_refused_after_it_was_taken_is_reported_once_if_it_failed() {
+        let (handler, mut reports) = OrphanHandler::channel(4);
+        let pool = Pool::builder()
+            .name("refused")
+            .workers(1)
+            .on_orphan(handler)
+            .build()
+            .unwrap();
+        let failing = Fallible(|| Err::<u8, _>("late"));
+        let mut job = try_admit(pool.core(), failing).ok().expect("a free slot");
+        let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
+        assert!(result.as_ref().is_ok_and(Result::is_err));
+        job.report_refused(result, Duration::from_millis(7).max(elapsed));
+        let report = reports.try_recv().expect("the refused failure is reported");
+        assert_eq!(report.message(), "\"late\"");
+        assert!(report.elapsed() >= Duration::from_millis(7));
+        block_on(pool.wait_idle());
+
+        let mut job = try_admit(pool.core(), || 1_u8).ok().expect("a free slot");
+        let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
+        job.report_refused(result, elapsed);
+        drop(job);
+        block_on(pool.wait_idle());
+        assert!(
+            reports.try_recv().is_none(),
+            "one report, and none for a success"
+        );
+    }
+}
