@@ -109,7 +109,7 @@
 //! | a `Waker` loopguard stored: its `wake`, and the `Drop` of one it lets go | a worker thread, the releasing, closing or polling thread | contained, after the accounting and outside every lock: it may call back into the same pool, gate, cache or channel |
 //! | a `Waker`'s `clone`, during *your* poll of a loopguard future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
-//! | a key's `Hash` or `Eq` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash and compare without panicking, as a `HashMap`'s must |
+//! | a key's `Hash`, `Eq` or `Clone` ([`KeyedGate`](keyed::KeyedGate)) | under the gate's lock | **not contained**: the panic is yours, and a permit dropped by it may leave its key's slot held. Keys must hash, compare and clone without panicking, as a `HashMap`'s must |
 //! | (feature `tower`) the inner service's `call`, its future, its response body; the key closure of a keyed layer | your server's task | the panic is yours; the request's slot is released as it unwinds (a key closure runs before anything is held) |
 
 #![forbid(unsafe_code)]
