@@ -11,6 +11,11 @@
 //! - `scaling/keyed_keys/N`, N in 10, 10 000, 1 000 000: a `KeyedGate` of two slots per key
 //!   with N live keys (each held once, so every key has an entry); one iteration is a
 //!   `try_acquire` of a random key among the N, admitted, and its release.
+//! - `scaling/hashmap_keys/N`, same N: the floor of any design that keeps per-key state in
+//!   one table behind one lock: a `Mutex<HashMap<u64, [u64; 82]>>` (an entry the size of a
+//!   `KeyedGate`'s, 656 bytes) with N keys; one iteration locks it twice and updates a
+//!   random key's entry each time, as an admission and its release do. How it grows with N
+//!   is what a million random keys cost the memory system, whatever the gate does.
 //!
 //! Printed beside them (stderr, not criterion ids): the resident memory per live key, and
 //! per waiter in line (a pool's `run`, a keyed `acquire`).
@@ -187,12 +192,39 @@ fn rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The entry of [`hashmap_keys`]: as large as a `KeyedGate`'s (656 bytes).
+type FloorEntry = [u64; 82];
+
+fn hashmap_keys(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scaling");
+    group.throughput(Throughput::Elements(1));
+    for keys in [10_u64, 10_000, 1_000_000] {
+        let table: std::sync::Mutex<std::collections::HashMap<u64, FloorEntry>> =
+            std::sync::Mutex::new((0..keys).map(|k| (k, [0; 82])).collect());
+        let mut rng = fastrand::Rng::with_seed(20);
+        group.bench_function(BenchmarkId::new("hashmap_keys", keys), |b| {
+            b.iter(|| {
+                let key = rng.u64(0..keys);
+                for delta in [1, u64::MAX] {
+                    let mut table = table.lock().expect("not poisoned");
+                    let entry = table.get_mut(&black_box(key)).expect("a live key");
+                    // The counters at the front, a history slot further in: two cache lines.
+                    entry[0] = entry[0].wrapping_add(delta);
+                    let slot = 8 + (key as usize % 64);
+                    entry[slot] = entry[slot].wrapping_add(delta);
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(30);
-    targets = try_run_threads, keyed_keys
+    targets = try_run_threads, keyed_keys, hashmap_keys
 }
 criterion_main!(benches);

@@ -174,3 +174,19 @@ on_every_executor! {
         assert_eq!(pool.run_within(Deadline::never(), || 3).await, Ok(3));
     }
 }
+
+on_every_executor! {
+    async fn try_run_within_shows_its_pool_and_phase() {
+        let pool = pool(1);
+        let release = Latch::new();
+        let opened = release.clone();
+        let mut walk = pool.try_run_within(Deadline::never(), move || opened.wait());
+        let shown = format!("{walk:?}");
+        assert!(shown.starts_with("TryRunWithin { pool: \"budget\", phase: \"start\""), "{shown}");
+        assert!(poll_once(&mut walk).await.is_none(), "the job holds its slot");
+        let shown = format!("{walk:?}");
+        assert!(shown.contains("phase: \"running\""), "{shown}");
+        release.open();
+        assert_eq!(walk.await.ok(), Some(()));
+    }
+}
