@@ -370,7 +370,7 @@ mod tests {
             .build()
             .unwrap();
         let failing = Fallible(|| Err::<u8, _>("late"));
-        let mut job = try_admit(pool.core(), failing).ok().expect("a free slot");
+        let mut job = try_admit(pool.core(), failing).unwrap_or_else(|_| panic!("a free slot"));
         let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
         assert!(result.as_ref().is_ok_and(Result::is_err));
         job.report_refused(result, Duration::from_millis(7).max(elapsed));
@@ -379,7 +379,7 @@ mod tests {
         assert!(report.elapsed() >= Duration::from_millis(7));
         block_on(pool.wait_idle());
 
-        let mut job = try_admit(pool.core(), || 1_u8).ok().expect("a free slot");
+        let mut job = try_admit(pool.core(), || 1_u8).unwrap_or_else(|_| panic!("a free slot"));
         let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
         job.report_refused(result, elapsed);
         drop(job);
