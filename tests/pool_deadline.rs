@@ -11,7 +11,7 @@ use common::{Counter, Latch, bounded, hold, poll_once};
 use loopguard::Fallible;
 use loopguard::deadline::Deadline;
 use loopguard::orphan::{OrphanHandler, Report};
-use loopguard::pool::{Pool, RunError};
+use loopguard::pool::{Pool, RunError, WithinError};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -188,5 +188,21 @@ on_every_executor! {
         assert!(shown.contains("phase: \"running\""), "{shown}");
         release.open();
         assert_eq!(walk.await.ok(), Some(()));
+    }
+}
+
+on_every_executor! {
+    async fn try_run_within_expires_at_its_deadline_while_its_job_runs() {
+        let pool = pool(1);
+        let release = Latch::new();
+        let opened = release.clone();
+        let budget = Deadline::after(Duration::from_millis(50));
+        let walk = pool.try_run_within(budget, move || opened.wait());
+        // The job is still held by the latch: only the deadline's timer can end the wait.
+        let out = bounded(LIMIT, walk).await;
+        assert!(matches!(out, Err(WithinError::Expired)), "{out:?}");
+        assert_eq!(pool.in_use(), 1, "the orphaned job keeps its slot");
+        release.open();
+        pool.wait_idle().await;
     }
 }
