@@ -443,3 +443,16 @@ fn retry_after_rounds_up_to_at_least_a_second() {
     tx.send(()).unwrap();
     futures_lite::future::block_on(job).unwrap();
 }
+
+on_every_executor! {
+    async fn a_job_finds_its_own_wait_in_the_stats() {
+        // The pool records a wait before the job can run, so an encode running as a job
+        // (a scrape) counts its own wait, every time.
+        let pool = pool("own-wait", 1);
+        for round in 1..=20_u64 {
+            let p = pool.clone();
+            let seen = pool.run(move || p.stats().wait_time.count).await;
+            assert_eq!(seen, Ok(round));
+        }
+    }
+}

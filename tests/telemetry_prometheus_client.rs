@@ -154,6 +154,18 @@ fn samples(text: &str, key: &str, value: &str) -> Samples {
 
 /// Each `loopguard_` family's type, named by its samples' stem (`_total` stripped: OpenMetrics
 /// names a counter family without it, the Prometheus text format with it).
+/// Each `loopguard_` family's help text, named as in [`types`].
+fn helps(text: &str) -> BTreeSet<(String, String)> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# HELP loopguard_"))
+        .map(|rest| {
+            let (name, help) = rest.split_once(' ').unwrap();
+            let name = name.strip_suffix("_total").unwrap_or(name);
+            (format!("loopguard_{name}"), help.to_string())
+        })
+        .collect()
+}
+
 fn types(text: &str) -> BTreeSet<(String, String)> {
     text.lines()
         .filter_map(|line| line.strip_prefix("# TYPE loopguard_"))
@@ -172,6 +184,7 @@ fn the_same_series_as_the_metrics_facade() {
         .unwrap()
         .install_recorder()
         .expect("the only recorder of this binary");
+    loopguard::telemetry::describe_metrics();
     let (handler, mut reports) = OrphanHandler::channel(16);
     let pool = Pool::builder()
         .name("same")
@@ -237,6 +250,9 @@ fn the_same_series_as_the_metrics_facade() {
     tenants.publish_metrics();
     layer.publish_metrics();
     drop(busy);
+    // A key tracked after the publish is not in the encode: the encode shows what the
+    // publish set, as the facade's recorder does.
+    let late_key = tenants.try_acquire("late".to_string()).unwrap();
     let facade_text = facade.render();
     let mut registry = Registry::default();
     // The pool given three times (itself, a clone, a layer on its slots): read once.
@@ -248,7 +264,8 @@ fn the_same_series_as_the_metrics_facade() {
         .pool(&pool.clone())
         .layer(&AdmissionLayer::for_pool(&pool))
         .refresh(&cache.clone())
-        .keyed(&tenants.clone());
+        .keyed(&tenants.clone())
+        .layer(&AdmissionLayer::keyed(tenants.clone(), tenant_of));
     registry.register_collector(Box::new(collector));
     let mut ours = String::new();
     prometheus_client::encoding::text::encode(&mut ours, &registry).unwrap();
@@ -329,7 +346,39 @@ fn the_same_series_as_the_metrics_facade() {
         &ours,
         r#"loopguard_keyed_demand_avg{gate="tenants",key="b"}"#,
     );
+    assert!(!ours.contains("key=\"late\""), "{ours}");
+    drop(late_key);
     assert_eq!(types(&facade_text), types(&ours));
+    assert_eq!(helps(&facade_text), helps(&ours));
+    assert_eq!(
+        helps(&ours).len(),
+        types(&ours).len(),
+        "every family has its help"
+    );
+
+    // A keyed layer alone brings its gate's series.
+    let mut registry = Registry::default();
+    let layer = AdmissionLayer::keyed(tenants.clone(), tenant_of);
+    registry.register_collector(Box::new(Collector::new().layer(&layer)));
+    let mut alone = String::new();
+    prometheus_client::encoding::text::encode(&mut alone, &registry).unwrap();
+    assert_eq!(
+        value(&alone, r#"loopguard_keyed_rejected_total{gate="tenants"}"#),
+        1.0,
+        "{alone}"
+    );
+    assert_eq!(
+        value(
+            &alone,
+            r#"loopguard_keyed_demand_avg{gate="tenants",key="a"}"#
+        ),
+        key_a
+    );
+}
+
+/// The key of a keyed layer: the request's path.
+fn tenant_of(parts: &http::request::Parts) -> String {
+    parts.uri.path().to_string()
 }
 
 /// Always ready; answers at once.

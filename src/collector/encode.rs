@@ -1,4 +1,4 @@
-//! Writing one family to a prometheus-client encoder: gauges, counters and histograms over
+//! Writing one family to a prometheus-client encoder, with the facade's help text: gauges, counters and histograms over
 //! any list of sources, each with its own label set. prometheus-client appends `_total` to
 //! a counter's name and the unit to a name given with one, so loopguard's names are split
 //! here.
@@ -9,8 +9,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet}
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use crate::emit::DURATION_BUCKETS;
 use crate::emit::durations::DurationStats;
+use crate::emit::{DURATION_BUCKETS, help};
 
 /// `loopguard_x_seconds` as prometheus-client wants it: `loopguard_x` and the unit.
 fn split_unit(name: &'static str) -> (&'static str, Option<&'static Unit>) {
@@ -24,12 +24,11 @@ fn split_unit(name: &'static str) -> (&'static str, Option<&'static Unit>) {
 pub(super) fn gauges<'a, S, L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &'static str,
-    help: &str,
     sources: &'a [S],
     series: impl Fn(&'a S) -> (L, f64),
 ) -> fmt::Result {
-    let (name, unit) = split_unit(name);
-    let mut family = encoder.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    let (stem, unit) = split_unit(name);
+    let mut family = encoder.encode_descriptor(stem, help(name), unit, MetricType::Gauge)?;
     for source in sources {
         let (labels, value) = series(source);
         family.encode_family(&labels)?.encode_gauge(&value)?;
@@ -41,12 +40,11 @@ pub(super) fn gauges<'a, S, L: EncodeLabelSet>(
 pub(super) fn counters<'a, S, L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &'static str,
-    help: &str,
     sources: &'a [S],
     series: impl Fn(&'a S) -> Vec<(L, u64)>,
 ) -> fmt::Result {
-    let name = name.strip_suffix("_total").unwrap_or(name);
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    let stem = name.strip_suffix("_total").unwrap_or(name);
+    let mut family = encoder.encode_descriptor(stem, help(name), None, MetricType::Counter)?;
     for source in sources {
         for (labels, value) in series(source) {
             family
@@ -61,12 +59,11 @@ pub(super) fn counters<'a, S, L: EncodeLabelSet>(
 pub(super) fn histograms<'a, S, L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder<'_>,
     name: &'static str,
-    help: &str,
     sources: &'a [S],
     series: impl Fn(&'a S) -> (L, &'a DurationStats),
 ) -> fmt::Result {
-    let (name, unit) = split_unit(name);
-    let mut family = encoder.encode_descriptor(name, help, unit, MetricType::Histogram)?;
+    let (stem, unit) = split_unit(name);
+    let mut family = encoder.encode_descriptor(stem, help(name), unit, MetricType::Histogram)?;
     for source in sources {
         let (labels, durations) = series(source);
         // prometheus-client takes per-bucket counts and accumulates them itself; the

@@ -1,5 +1,6 @@
-//! The `keyed` families: each key's demand as `publish_metrics` read it, and the gate's
-//! refusals.
+//! The `keyed` families: each key's demand as the gate's last `publish_metrics` set it
+//! (keys displayed there, so an encode runs no key code and takes no table lock), and the
+//! gate's refusals.
 
 use std::fmt::{self, Display};
 use std::hash::Hash;
@@ -9,16 +10,15 @@ use prometheus_client::encoding::DescriptorEncoder;
 
 use super::encode::{counters, gauges};
 use crate::emit::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
-use crate::keyed::KeyedGate;
-use crate::sync::contain;
+use crate::keyed::{KeyedGate, Shown};
 
 /// A keyed gate of any key type, as the collector reads it.
 pub(super) trait ReadKeyed: Send + Sync {
     fn name(&self) -> &str;
     fn rejected(&self) -> u64;
-    /// Each key, displayed, with its published demand. A key whose `Display` panics is
-    /// left out (contained, as `publish_metrics` leaves its gauge alone).
-    fn published(&self) -> Vec<(String, f64)>;
+    /// Each key, displayed, with the value the gate's last `publish_metrics` set: no key
+    /// code runs and no table lock is taken here.
+    fn shown(&self) -> Shown;
     /// The address of the state a gate's clones share.
     fn identity(&self) -> *const ();
 }
@@ -35,14 +35,8 @@ where
         KeyedGate::rejected(self)
     }
 
-    fn published(&self) -> Vec<(String, f64)> {
-        // Outside the gate's lock: `Display` and the keys' `Drop` are user code.
-        KeyedGate::published(self)
-            .into_iter()
-            .filter_map(|(key, value)| {
-                contain("a key's Display or Drop", move || key.to_string()).map(|key| (key, value))
-            })
-            .collect()
+    fn shown(&self) -> Shown {
+        KeyedGate::shown(self)
     }
 
     fn identity(&self) -> *const () {
@@ -55,27 +49,21 @@ pub(super) fn encode(e: &mut DescriptorEncoder<'_>, gates: &[Arc<dyn ReadKeyed>]
     if gates.is_empty() {
         return Ok(());
     }
-    let keys: Vec<(&str, String, f64)> = gates
+    let shown: Vec<(&str, Shown)> = gates
         .iter()
-        .flat_map(|gate| {
-            let name = gate.name();
-            gate.published()
-                .into_iter()
-                .map(move |(key, value)| (name, key, value))
+        .map(|gate| (gate.name(), gate.shown()))
+        .collect();
+    let keys: Vec<(&str, &str, f64)> = shown
+        .iter()
+        .flat_map(|(gate, keys)| {
+            keys.iter()
+                .map(move |(key, value)| (*gate, key.as_str(), *value))
         })
         .collect();
-    gauges(
-        e,
-        KEYED_DEMAND_AVG,
-        "Time-weighted average of holders plus waiters of one key over the gate's window.",
-        &keys,
-        |(gate, key, value)| ([(LABEL_GATE, *gate), (LABEL_KEY, key.as_str())], *value),
-    )?;
-    counters(
-        e,
-        KEYED_REJECTED_TOTAL,
-        "Reject-when-busy admissions refused because the key was busy.",
-        gates,
-        |gate| vec![([(LABEL_GATE, gate.name())], gate.rejected())],
-    )
+    gauges(e, KEYED_DEMAND_AVG, &keys, |(gate, key, value)| {
+        ([(LABEL_GATE, *gate), (LABEL_KEY, *key)], *value)
+    })?;
+    counters(e, KEYED_REJECTED_TOTAL, gates, |gate| {
+        vec![([(LABEL_GATE, gate.name())], gate.rejected())]
+    })
 }

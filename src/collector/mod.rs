@@ -31,7 +31,7 @@ use refresh::ReadRefresh;
 ///
 /// Give it what you built: pools ([`pool`](Collector::pool)), keyed gates
 /// ([`keyed`](Collector::keyed)), refresh caches ([`refresh`](Collector::refresh)) and
-/// (feature `tower`) admission layers ([`layer`](Collector::layer)); then register it once
+/// (feature `tower`) admission layers (`layer`); then register it once
 /// with
 /// [`Registry::register_collector`](prometheus_client::registry::Registry::register_collector).
 /// Every encode of the registry reads them. Each source is read once however often it is
@@ -50,13 +50,13 @@ use refresh::ReadRefresh;
 /// layer's `publish_metrics`), exactly as with the `metrics` facade: call it on the loop
 /// before the scrape asks for its slot, and an encode that runs inside a job of the same
 /// pool does not count itself (an idle pool reads `loopguard_pool_in_use 0`). Before the
-/// first `publish_metrics` they read 0. A keyed gate's keys are those it tracks when the
-/// registry is encoded; a key pruned since is simply absent (Prometheus marks its series
-/// stale). Counters and histograms are read when the registry is encoded. Histogram
-/// buckets are [`DURATION_BUCKETS`](crate::telemetry::DURATION_BUCKETS).
-///
-/// A key's `Display` (its `key` label) is code loopguard does not own: it runs outside the
-/// gate's lock, and a key whose `Display` panics is left out of that encode (contained).
+/// first `publish_metrics` they read 0. A keyed gate's `loopguard_keyed_demand_avg` series
+/// are the keys and values its last [`KeyedGate::publish_metrics`] set, the 0 it sets for
+/// a key removed since the call before included; none before the first call. The keys were
+/// displayed by that call (a key's `Display` runs there, contained), so an encode runs no
+/// code of the key's and takes none of the gate's locks. Counters and histograms are read
+/// when the registry is encoded. Histogram buckets are
+/// [`DURATION_BUCKETS`](crate::telemetry::DURATION_BUCKETS).
 ///
 /// # Examples
 ///
@@ -136,7 +136,7 @@ impl Sources {
 impl Collector {
     /// A collector of nothing yet; add what it reads with [`pool`](Collector::pool),
     /// [`keyed`](Collector::keyed), [`refresh`](Collector::refresh) and
-    /// [`layer`](Collector::layer).
+    /// `layer` (feature `tower`).
     ///
     /// # Examples
     ///
@@ -165,8 +165,8 @@ impl Collector {
     }
 
     /// Adds the series of the keyed gate `gate` (label `gate` = its name):
-    /// `loopguard_keyed_demand_avg` per tracked key (label `key` = the key's `Display`), as
-    /// [`KeyedGate::publish_metrics`] last read it, and `loopguard_keyed_rejected_total`.
+    /// `loopguard_keyed_demand_avg` per key (label `key` = the key's `Display`), as
+    /// [`KeyedGate::publish_metrics`] last set it, and `loopguard_keyed_rejected_total`.
     ///
     /// # Examples
     ///

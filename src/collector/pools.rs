@@ -112,95 +112,49 @@ pub(super) fn encode(e: &mut DescriptorEncoder<'_>, sources: &[Admits]) -> fmt::
 }
 
 fn encode_admission(e: &mut DescriptorEncoder<'_>, reads: &[Admission]) -> fmt::Result {
-    gauges(
-        e,
-        POOL_CAPACITY,
-        "Slots of the pool (its worker threads) or of the layer.",
-        reads,
-        |r| (label(&r.name), r.capacity as f64),
-    )?;
-    gauges(
-        e,
-        POOL_IN_USE,
-        "Slots held, orphaned jobs included.",
-        reads,
-        |r| (label(&r.name), r.published.0),
-    )?;
-    gauges(e, POOL_WAITING, "Callers waiting for a slot.", reads, |r| {
-        (label(&r.name), r.published.1)
+    gauges(e, POOL_CAPACITY, reads, |r| {
+        (label(&r.name), r.capacity as f64)
     })?;
-    gauges(
-        e,
-        POOL_DEMAND_AVG,
-        "Time-weighted average of holders and waiters over the demand window.",
-        reads,
-        |r| (label(&r.name), r.published.2),
-    )?;
-    counters(
-        e,
-        POOL_REJECTED_TOTAL,
-        "Submissions refused at once because every slot was held.",
-        reads,
-        |r| vec![(label(&r.name), r.rejected)],
-    )?;
-    histograms(
-        e,
-        POOL_WAIT_SECONDS,
-        "Time from submission to admission, zero when a slot was free.",
-        reads,
-        |r| (label(&r.name), &r.wait_time),
-    )
+    gauges(e, POOL_IN_USE, reads, |r| (label(&r.name), r.published.0))?;
+    gauges(e, POOL_WAITING, reads, |r| (label(&r.name), r.published.1))?;
+    gauges(e, POOL_DEMAND_AVG, reads, |r| {
+        (label(&r.name), r.published.2)
+    })?;
+    counters(e, POOL_REJECTED_TOTAL, reads, |r| {
+        vec![(label(&r.name), r.rejected)]
+    })?;
+    histograms(e, POOL_WAIT_SECONDS, reads, |r| {
+        (label(&r.name), &r.wait_time)
+    })
 }
 
 fn encode_jobs(e: &mut DescriptorEncoder<'_>, reads: &[Jobs]) -> fmt::Result {
     if reads.is_empty() {
         return Ok(());
     }
-    gauges(
-        e,
-        POOL_OLDEST_JOB_SECONDS,
-        "Age of the oldest running job, 0 when idle.",
-        reads,
-        |r| (label(&r.name), r.oldest_job_seconds),
-    )?;
-    counters(
-        e,
-        POOL_JOBS_TOTAL,
-        "Jobs finished, by outcome (ok, error, panicked).",
-        reads,
-        |r| {
-            let counts = [r.stats.jobs_ok, r.stats.jobs_error, r.stats.jobs_panicked];
-            JOB_OUTCOMES
-                .iter()
-                .zip(counts)
-                .map(|(outcome, count)| {
-                    (
-                        [(LABEL_POOL, r.name.as_str()), (LABEL_OUTCOME, outcome)],
-                        count,
-                    )
-                })
-                .collect()
-        },
-    )?;
-    counters(
-        e,
-        ORPHANED_FAILURES_TOTAL,
-        "Failures of work whose caller had left, reported to the orphan handler.",
-        reads,
-        |r| vec![(label(&r.name), r.stats.orphaned_failures)],
-    )?;
-    counters(
-        e,
-        POOL_STUCK_JOBS_TOTAL,
-        "Jobs that ran past the pool's stuck threshold.",
-        reads,
-        |r| vec![(label(&r.name), r.stats.stuck_jobs)],
-    )?;
-    histograms(
-        e,
-        POOL_JOB_SECONDS,
-        "Time a job ran on its worker thread.",
-        reads,
-        |r| (label(&r.name), &r.stats.job_time),
-    )
+    gauges(e, POOL_OLDEST_JOB_SECONDS, reads, |r| {
+        (label(&r.name), r.oldest_job_seconds)
+    })?;
+    counters(e, POOL_JOBS_TOTAL, reads, |r| {
+        let counts = [r.stats.jobs_ok, r.stats.jobs_error, r.stats.jobs_panicked];
+        JOB_OUTCOMES
+            .iter()
+            .zip(counts)
+            .map(|(outcome, count)| {
+                (
+                    [(LABEL_POOL, r.name.as_str()), (LABEL_OUTCOME, outcome)],
+                    count,
+                )
+            })
+            .collect()
+    })?;
+    counters(e, ORPHANED_FAILURES_TOTAL, reads, |r| {
+        vec![(label(&r.name), r.stats.orphaned_failures)]
+    })?;
+    counters(e, POOL_STUCK_JOBS_TOTAL, reads, |r| {
+        vec![(label(&r.name), r.stats.stuck_jobs)]
+    })?;
+    histograms(e, POOL_JOB_SECONDS, reads, |r| {
+        (label(&r.name), &r.stats.job_time)
+    })
 }

@@ -54,38 +54,20 @@ pub(super) fn encode(
         return Ok(());
     }
     let reads: Vec<(&str, RefreshStats)> = caches.iter().map(|c| (c.name(), c.stats())).collect();
-    counters(
-        e,
-        REFRESH_RUNS_TOTAL,
-        "Collections of a refresh cache that finished, by outcome (ok, error).",
-        &reads,
-        |(cache, stats)| {
-            REFRESH_OUTCOMES
-                .iter()
-                .zip([stats.runs_ok, stats.runs_error])
-                .map(|(outcome, count)| ([(LABEL_CACHE, *cache), (LABEL_OUTCOME, outcome)], count))
-                .collect()
-        },
-    )?;
-    counters(
-        e,
-        REFRESH_HITS_TOTAL,
-        "Calls answered from a refresh cache without waiting.",
-        &reads,
-        |(cache, stats)| vec![(label(cache), stats.hits)],
-    )?;
-    counters(
-        e,
-        REFRESH_JOINS_TOTAL,
-        "Calls that joined a refresh collection already in flight.",
-        &reads,
-        |(cache, stats)| vec![(label(cache), stats.joins)],
-    )?;
-    counters(
-        e,
-        REFRESH_EXPIRED_WAITS_TOTAL,
-        "Calls of a refresh cache whose deadline ended before a value was ready.",
-        &reads,
-        |(cache, stats)| vec![(label(cache), stats.expired_waits)],
-    )
+    counters(e, REFRESH_RUNS_TOTAL, &reads, |(cache, stats)| {
+        REFRESH_OUTCOMES
+            .iter()
+            .zip([stats.runs_ok, stats.runs_error])
+            .map(|(outcome, count)| ([(LABEL_CACHE, *cache), (LABEL_OUTCOME, outcome)], count))
+            .collect()
+    })?;
+    counters(e, REFRESH_HITS_TOTAL, &reads, |(cache, stats)| {
+        vec![(label(cache), stats.hits)]
+    })?;
+    counters(e, REFRESH_JOINS_TOTAL, &reads, |(cache, stats)| {
+        vec![(label(cache), stats.joins)]
+    })?;
+    counters(e, REFRESH_EXPIRED_WAITS_TOTAL, &reads, |(cache, stats)| {
+        vec![(label(cache), stats.expired_waits)]
+    })
 }

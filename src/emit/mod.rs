@@ -188,97 +188,90 @@ pub fn describe_metrics() {
     contain("the metrics recorder", describe_all);
 }
 
+/// The help text of the series `name`, one text for every registry (the `metrics`
+/// facade through [`describe_metrics`], the prometheus-client collector).
+pub(crate) fn help(name: &str) -> &'static str {
+    match name {
+        POOL_CAPACITY => "Slots (worker threads) of the pool.",
+        POOL_IN_USE => "Slots held by admitted jobs, orphaned jobs included.",
+        POOL_WAITING => "Callers waiting for a slot.",
+        POOL_JOBS_TOTAL => "Jobs finished, by outcome (ok, error, panicked).",
+        POOL_REJECTED_TOTAL => "Submissions refused at once because every slot was held.",
+        POOL_WAIT_SECONDS => "Time from submission to admission, zero when a slot was free.",
+        POOL_JOB_SECONDS => "Time a job ran on its worker thread.",
+        POOL_OLDEST_JOB_SECONDS => "Age of the oldest running job, 0 when idle.",
+        POOL_DEMAND_AVG => "Time-weighted average of holders plus waiters over the demand window.",
+        ORPHANED_FAILURES_TOTAL => {
+            "Failures of work whose caller had left, reported to the orphan handler."
+        }
+        KEYED_DEMAND_AVG => {
+            "Time-weighted average of holders plus waiters of one key over the gate's window."
+        }
+        KEYED_REJECTED_TOTAL => "Reject-when-busy admissions refused because the key was busy.",
+        OPERATION_DURATION_SECONDS => {
+            "Time from the start of an operation, queues included, to its end, by outcome."
+        }
+        OPERATIONS_IN_FLIGHT => "Operations started and not yet finished, queued ones included.",
+        POOL_STUCK_JOBS_TOTAL => "Jobs that ran past the pool's stuck threshold.",
+        REFRESH_RUNS_TOTAL => {
+            "Collections of a refresh cache that finished, by outcome (ok, error)."
+        }
+        REFRESH_HITS_TOTAL => "Calls answered from a refresh cache without waiting.",
+        REFRESH_JOINS_TOTAL => "Calls that joined a refresh collection already in flight.",
+        REFRESH_EXPIRED_WAITS_TOTAL => {
+            "Calls of a refresh cache whose deadline ended before a value was ready."
+        }
+        _ => "",
+    }
+}
+
 fn describe_all() {
-    describe_gauge!(
-        POOL_CAPACITY,
-        Unit::Count,
-        "Slots (worker threads) of the pool."
-    );
-    describe_gauge!(
-        POOL_IN_USE,
-        Unit::Count,
-        "Slots held by admitted jobs, orphaned jobs included."
-    );
-    describe_gauge!(POOL_WAITING, Unit::Count, "Callers waiting for a slot.");
-    describe_counter!(
-        POOL_JOBS_TOTAL,
-        Unit::Count,
-        "Jobs finished, by outcome (ok, error, panicked)."
-    );
-    describe_counter!(
-        POOL_REJECTED_TOTAL,
-        Unit::Count,
-        "Submissions refused at once because every slot was held."
-    );
-    describe_histogram!(
-        POOL_WAIT_SECONDS,
-        Unit::Seconds,
-        "Time from submission to admission, zero when a slot was free."
-    );
-    describe_histogram!(
-        POOL_JOB_SECONDS,
-        Unit::Seconds,
-        "Time a job ran on its worker thread."
-    );
+    describe_gauge!(POOL_CAPACITY, Unit::Count, help(POOL_CAPACITY));
+    describe_gauge!(POOL_IN_USE, Unit::Count, help(POOL_IN_USE));
+    describe_gauge!(POOL_WAITING, Unit::Count, help(POOL_WAITING));
+    describe_counter!(POOL_JOBS_TOTAL, Unit::Count, help(POOL_JOBS_TOTAL));
+    describe_counter!(POOL_REJECTED_TOTAL, Unit::Count, help(POOL_REJECTED_TOTAL));
+    describe_histogram!(POOL_WAIT_SECONDS, Unit::Seconds, help(POOL_WAIT_SECONDS));
+    describe_histogram!(POOL_JOB_SECONDS, Unit::Seconds, help(POOL_JOB_SECONDS));
     describe_gauge!(
         POOL_OLDEST_JOB_SECONDS,
         Unit::Seconds,
-        "Age of the oldest running job, 0 when idle."
+        help(POOL_OLDEST_JOB_SECONDS)
     );
-    describe_gauge!(
-        POOL_DEMAND_AVG,
-        Unit::Count,
-        "Time-weighted average of holders plus waiters over the demand window."
-    );
+    describe_gauge!(POOL_DEMAND_AVG, Unit::Count, help(POOL_DEMAND_AVG));
     describe_counter!(
         ORPHANED_FAILURES_TOTAL,
         Unit::Count,
-        "Failures of work whose caller had left, reported to the orphan handler."
+        help(ORPHANED_FAILURES_TOTAL)
     );
-    describe_gauge!(
-        KEYED_DEMAND_AVG,
-        Unit::Count,
-        "Time-weighted average of holders plus waiters of one key over the gate's window."
-    );
+    describe_gauge!(KEYED_DEMAND_AVG, Unit::Count, help(KEYED_DEMAND_AVG));
     describe_counter!(
         KEYED_REJECTED_TOTAL,
         Unit::Count,
-        "Reject-when-busy admissions refused because the key was busy."
+        help(KEYED_REJECTED_TOTAL)
     );
     describe_histogram!(
         OPERATION_DURATION_SECONDS,
         Unit::Seconds,
-        "Time from the start of an operation, queues included, to its end, by outcome."
+        help(OPERATION_DURATION_SECONDS)
     );
     describe_gauge!(
         OPERATIONS_IN_FLIGHT,
         Unit::Count,
-        "Operations started and not yet finished, queued ones included."
+        help(OPERATIONS_IN_FLIGHT)
     );
     describe_counter!(
         POOL_STUCK_JOBS_TOTAL,
         Unit::Count,
-        "Jobs that ran past the pool's stuck threshold."
+        help(POOL_STUCK_JOBS_TOTAL)
     );
-    describe_counter!(
-        REFRESH_RUNS_TOTAL,
-        Unit::Count,
-        "Collections of a refresh cache that finished, by outcome (ok, error)."
-    );
-    describe_counter!(
-        REFRESH_HITS_TOTAL,
-        Unit::Count,
-        "Calls answered from a refresh cache without waiting."
-    );
-    describe_counter!(
-        REFRESH_JOINS_TOTAL,
-        Unit::Count,
-        "Calls that joined a refresh collection already in flight."
-    );
+    describe_counter!(REFRESH_RUNS_TOTAL, Unit::Count, help(REFRESH_RUNS_TOTAL));
+    describe_counter!(REFRESH_HITS_TOTAL, Unit::Count, help(REFRESH_HITS_TOTAL));
+    describe_counter!(REFRESH_JOINS_TOTAL, Unit::Count, help(REFRESH_JOINS_TOTAL));
     describe_counter!(
         REFRESH_EXPIRED_WAITS_TOTAL,
         Unit::Count,
-        "Calls of a refresh cache whose deadline ended before a value was ready."
+        help(REFRESH_EXPIRED_WAITS_TOTAL)
     );
 }
 
@@ -417,6 +410,34 @@ pub(crate) fn record(histogram: &Histogram, value: Duration) {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// Every series has its help text, so neither registry shows an empty `# HELP`.
+    #[test]
+    fn every_series_has_help() {
+        for name in [
+            POOL_CAPACITY,
+            POOL_IN_USE,
+            POOL_WAITING,
+            POOL_JOBS_TOTAL,
+            POOL_REJECTED_TOTAL,
+            POOL_WAIT_SECONDS,
+            POOL_JOB_SECONDS,
+            POOL_OLDEST_JOB_SECONDS,
+            POOL_DEMAND_AVG,
+            ORPHANED_FAILURES_TOTAL,
+            POOL_STUCK_JOBS_TOTAL,
+            KEYED_DEMAND_AVG,
+            KEYED_REJECTED_TOTAL,
+            OPERATION_DURATION_SECONDS,
+            OPERATIONS_IN_FLIGHT,
+            REFRESH_RUNS_TOTAL,
+            REFRESH_HITS_TOTAL,
+            REFRESH_JOINS_TOTAL,
+            REFRESH_EXPIRED_WAITS_TOTAL,
+        ] {
+            assert!(!help(name).is_empty(), "{name} has no help");
+        }
+    }
 
     /// Racing flushes emit every counted event exactly once: with a mark that could move
     /// backwards (a `swap`), a stale flush let a later one emit the same events again.
