@@ -228,6 +228,18 @@ on_every_executor!(sleep_runs_its_course_inside_the_deadline, async {
     assert_eq!(Deadline::never().sleep(Duration::ZERO).await, Ok(()));
 });
 
+on_every_executor!(a_sleep_waits_on_its_timer_not_on_the_cpu, async {
+    // Its first poll arms the timer and returns: a sleep that spun until its end would
+    // return `Ready` from this poll, a second later.
+    let mut nap = Deadline::never().sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    assert_eq!(future::poll_once(&mut nap).await, None);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "the poll waited"
+    );
+});
+
 on_every_executor!(sleep_is_cut_at_the_deadline, async {
     let start = Instant::now();
     let out = Deadline::after(MS(100))

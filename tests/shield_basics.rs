@@ -280,6 +280,49 @@ fn auto_traits_and_debug() {
     unpin::<Shielded<u32>>();
     unpin::<Runner<futures_lite::future::Ready<u32>>>();
     let shield = Shield::new("dbg");
+    assert_eq!(shield.name(), "dbg");
     let (runner, handle) = shield.wrap(async { 1 });
-    assert!(format!("{shield:?} {runner:?} {handle:?}").contains("dbg"));
+    assert_eq!(
+        format!("{shield:?}"),
+        "Shield { name: \"dbg\", orphaned_failures: 0 }"
+    );
+    assert_eq!(
+        format!("{runner:?}"),
+        "Runner { started: false, finished: false }"
+    );
+    assert_eq!(
+        format!("{handle:?}"),
+        "Shielded { origin: \"dbg\", finished: false }"
+    );
+    assert!(!handle.is_finished());
+    futures_lite::future::block_on(runner);
+    assert!(handle.is_finished());
+    assert_eq!(
+        format!("{handle:?}"),
+        "Shielded { origin: \"dbg\", finished: true }"
+    );
+}
+
+#[test]
+fn shield_errors_say_what_happened() {
+    use std::error::Error as _;
+    let (runner, handle) = Shield::new("e").wrap(async { 1 });
+    drop(runner);
+    let dropped = futures_lite::future::block_on(handle).unwrap_err();
+    assert_eq!(
+        dropped.to_string(),
+        "shielded work was dropped before it finished"
+    );
+    assert!(dropped.source().is_none());
+
+    common::quiet_expected_panics();
+    let (runner, handle) = Shield::new("e").wrap(async { panic!("expected: boom") });
+    futures_lite::future::block_on(runner);
+    let panicked = futures_lite::future::block_on(handle).unwrap_err();
+    assert_eq!(
+        panicked.to_string(),
+        "shielded work panicked: expected: boom"
+    );
+    let source = panicked.source().expect("the panic is the source");
+    assert!(source.to_string().contains("expected: boom"), "{source}");
 }
