@@ -161,6 +161,7 @@ on_every_executor! {
 fn a_full_report_queue_drops_and_counts() {
     let (handler, mut reports) = OrphanHandler::channel(2);
     let pool = pool_with(handler, 1);
+    assert!(reports.is_empty());
     for _ in 0..5 {
         drop(
             pool.try_run(Fallible(|| -> Result<(), ()> { Err(()) }))
@@ -169,9 +170,16 @@ fn a_full_report_queue_drops_and_counts() {
         futures_lite::future::block_on(pool.wait_idle());
     }
     assert_eq!(reports.len(), 2);
+    assert!(!reports.is_empty());
     assert_eq!(reports.dropped(), 3);
+    assert_eq!(
+        format!("{reports:?}"),
+        "OrphanReceiver { queued: 2, capacity: 2, dropped: 3 }"
+    );
     assert_eq!(pool.orphaned_failures(), 5, "the pool counts every failure");
     assert!(reports.try_recv().is_some());
+    assert!(reports.try_recv().is_some());
+    assert!(reports.is_empty());
 }
 
 #[test]
