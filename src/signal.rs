@@ -157,6 +157,19 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     #[test]
+    fn debug_shows_the_waiters() {
+        let signal = Signal::new();
+        let mut wait = signal.wait(|| false);
+        assert_eq!(format!("{wait:?}"), "Wait { id: None }");
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        assert_eq!(format!("{signal:?}"), "Signal { waiting: 1 }");
+        assert!(format!("{wait:?}").starts_with("Wait { id: Some("));
+        drop(wait);
+        assert_eq!(format!("{signal:?}"), "Signal { waiting: 0 }");
+    }
+
+    #[test]
     fn a_notify_after_the_change_wakes_the_waiter() {
         let signal = Arc::new(Signal::new());
         let flag = Arc::new(AtomicBool::new(false));
