@@ -223,53 +223,6 @@ fn auto_traits() {
     is_static::<DemandGuard>();
 }
 
-/// Exact reference: integral of a piecewise-constant level over [from, to].
-fn exact_integral(events: &[(Duration, usize)], from: Duration, to: Duration) -> f64 {
-    let mut total = 0.0;
-    for (i, &(at, level)) in events.iter().enumerate() {
-        let until = events.get(i + 1).map_or(to, |next| next.0);
-        let (a, b) = (at.max(from), until.min(to));
-        if b > a {
-            total += level as f64 * (b - a).as_secs_f64();
-        }
-    }
-    total
-}
-
-#[test]
-fn matches_an_exact_reference_within_the_documented_bound() {
-    let (d, t0) = tracker();
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let (mut at, mut level, mut peak) = (Duration::ZERO, 0usize, 0usize);
-    let mut events = vec![(Duration::ZERO, 0)];
-    for _ in 0..2000 {
-        at += Duration::from_micros(next() % 20_000);
-        let delta = (next() % 5) as isize - 2;
-        d.add_at(t0 + at, delta);
-        level = level.saturating_add_signed(delta);
-        peak = peak.max(level);
-        events.push((at, level));
-    }
-    let bucket = WINDOW / 64;
-    for step in 0..200u32 {
-        let now = at + Duration::from_micros(u64::from(step) * 37_003);
-        let from = now.saturating_sub(WINDOW);
-        let exact = exact_integral(&events, from, now) / (now - from).as_secs_f64();
-        let got = d.average_at(t0 + now);
-        let bound = peak as f64 / 64.0 + 1e-9;
-        assert!((got - exact).abs() <= bound, "at {now:?}: {got} vs {exact}");
-        // Window start on a bucket boundary: exact.
-        let aligned = bucket * now.as_nanos().div_ceil(bucket.as_nanos()) as u32;
-        let exact = exact_integral(&events, aligned - WINDOW, aligned) / WINDOW.as_secs_f64();
-        assert!(
-            (d.average_at(t0 + aligned) - exact).abs() < 1e-6,
-            "aligned {aligned:?}"
-        );
-    }
-}
+// The history against an exact reference, within the documented bound, for a pool's and
+// a key's ring sizes: `src/demand.rs`'s unit test
+// `a_pool_history_and_a_key_history_keep_their_documented_bounds`.
