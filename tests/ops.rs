@@ -1,5 +1,5 @@
 //! Every file under `ops/` parses, and every `loopguard_*` metric it names is one the
-//! crate publishes (a name constant in `src/telemetry/mod.rs`; `_bucket`, `_sum` and `_count`
+//! crate publishes (a name constant in `src/emit/mod.rs`; `_bucket`, `_sum` and `_count`
 //! only on histograms) or a series recorded by a rule in `ops/prometheus/`.
 
 use std::collections::BTreeSet;
@@ -12,7 +12,7 @@ fn root() -> PathBuf {
 /// The published names, and which of them are histograms, read from the crate's file of
 /// metric name constants.
 fn published() -> (BTreeSet<String>, BTreeSet<String>) {
-    let path = root().join("src/telemetry/mod.rs");
+    let path = root().join("src/emit/mod.rs");
     let source = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the metric name constants live in {path:?}: {e}"));
     let mut consts = Vec::new();
