@@ -82,7 +82,9 @@ fn grant_races_waker_registration() {
 }
 
 /// A queued waiter gives up while the slot is released to it: the slot is passed on or
-/// returned, never lost.
+/// returned, never lost, and each `release` says how many slots it left held (the pool
+/// wakes its idle waiters on 0), including the one that finds the waiter gone once it
+/// holds the queue's lock.
 #[test]
 fn release_races_cancel() {
     loom::model(|| {
@@ -91,10 +93,12 @@ fn release_races_cancel() {
         assert_eq!(gate.enqueue(&waiter), Enqueued::Queued);
         let releaser = spawn_release(&gate);
         // A waiter granted the slot meanwhile owns it and gives it back.
-        if gate.cancel(&waiter) {
-            gate.release();
+        let mine = gate.cancel(&waiter).then(|| gate.release());
+        let theirs = releaser.join().unwrap();
+        match mine {
+            Some(mine) => assert_eq!((theirs, mine), (1, 0), "passed on, then returned"),
+            None => assert_eq!(theirs, 0, "returned: none left held"),
         }
-        releaser.join().unwrap();
         assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
         assert_eq!(gate.try_acquire(), Ok(()));
     });
