@@ -1,4 +1,5 @@
-//! A job is never left waiting for a worker that is busy in someone else's code.
+//! A job is never left waiting for a worker that is busy in someone else's code, nor for
+//! one that spins for it without looking.
 //!
 //! After its job returns, a worker runs code it does not own before it looks at the queue
 //! again: the caller's waker, the orphan handler, the `Drop` of an orphaned output, the
@@ -75,4 +76,30 @@ fn a_job_runs_while_another_worker_drops_an_orphaned_output_spinning_off() {
 #[test]
 fn a_job_runs_while_another_worker_drops_an_orphaned_output_spinning_on() {
     a_job_runs_while_another_worker_drops_an_orphaned_output(Duration::from_micros(50));
+}
+
+/// A job submitted while the worker spins for the next one is taken at once, not when the
+/// spin runs out: with a 5 s spin, back-to-back jobs on one worker (each submitted as soon
+/// as the last returned, so the worker is spinning or about to) take far less than one
+/// spin each.
+#[test]
+fn a_spinning_worker_takes_a_new_job_at_once() {
+    let spin = Duration::from_secs(5);
+    let pool = Pool::builder()
+        .name("spinning")
+        .workers(1)
+        .spin(spin)
+        .no_stuck_reports()
+        .build()
+        .expect("pool");
+    let start = Instant::now();
+    for round in 0..5_u64 {
+        assert_eq!(block_on(pool.run(move || round)), Ok(round));
+    }
+    let took = start.elapsed();
+    assert!(
+        took < spin / 2,
+        "5 back-to-back jobs took {took:?}: a spinner waited out its spin"
+    );
+    block_on(pool.shutdown());
 }
