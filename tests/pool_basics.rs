@@ -456,3 +456,32 @@ on_every_executor! {
         }
     }
 }
+
+on_every_executor! {
+    async fn the_oldest_job_age_is_the_running_jobs_and_none_when_idle() {
+        let pool = pool("oldest", 2);
+        assert_eq!(pool.oldest_job_age(), None);
+        let submitted = Instant::now();
+        let release = Latch::new();
+        let (started_tx, started) = mpsc::channel();
+        let r = release.clone();
+        let job = pool
+            .try_run(move || {
+                started_tx.send(Instant::now()).unwrap();
+                r.wait();
+            })
+            .unwrap();
+        let began = started.recv().unwrap();
+        // The clock is the thing under test: let the job's age grow past 20 ms.
+        async_io::Timer::at(began + Duration::from_millis(20)).await;
+        let looked = Instant::now();
+        let age = pool.oldest_job_age().expect("a job runs");
+        assert!(age >= looked - began, "{age:?} is younger than the job");
+        assert!(age <= submitted.elapsed(), "{age:?} is older than the job");
+        release.open();
+        job.await.unwrap();
+        pool.wait_idle().await;
+        assert_eq!(pool.oldest_job_age(), None);
+        assert_eq!(pool.stats().oldest_job_age, None);
+    }
+}
