@@ -37,6 +37,10 @@ use std::time::{Duration, Instant};
 /// 64 older ones, so the window is divided into 64 buckets.
 pub(crate) const SLOTS: usize = 65;
 
+/// Ring slots of a [`KeyedGate`](crate::keyed::KeyedGate) key's history: 16 buckets. Every
+/// live key carries one inline, so it is kept small; see `keyed`'s docs for the precision.
+pub(crate) const KEY_SLOTS: usize = 17;
+
 /// The window of [`Demand::default`] (and of every pool unless its builder sets one):
 /// five seconds.
 pub(crate) const DEFAULT_WINDOW: Duration = Duration::from_secs(5);
@@ -86,10 +90,6 @@ pub(crate) struct DemandCore<const N: usize = SLOTS> {
 }
 
 impl<const N: usize> DemandCore<N> {
-    /// Ring slots (for tests that name a history's size).
-    #[cfg(test)]
-    pub(crate) const SLOTS: usize = N;
-
     /// Buckets the window is divided into: every slot but the current one.
     const BUCKETS: u64 = {
         assert!(N >= 2, "a demand history needs at least two ring slots");
@@ -583,6 +583,6 @@ mod tests {
     #[test]
     fn a_pool_history_and_a_key_history_keep_their_documented_bounds() {
         within_the_bound::<SLOTS>();
-        within_the_bound::<{ crate::keyed::KeyDemand::SLOTS }>();
+        within_the_bound::<KEY_SLOTS>();
     }
 }

@@ -63,7 +63,7 @@ use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(all(test, loopguard_loom)))]
 use std::sync::{Mutex, MutexGuard};
 
-use crate::demand::{DEFAULT_WINDOW, DemandCore};
+use crate::demand::{DEFAULT_WINDOW, DemandCore, KEY_SLOTS};
 use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 use crate::sync::{contain, wake};
 
@@ -74,7 +74,7 @@ mod permit;
 /// live key carries one inline in its table entry (656 bytes in all, against 2 KiB of
 /// history alone with 64 buckets): a million live keys take about 1.4 GB with the table's
 /// slack (3.6 GB before). The price is precision: see the [module docs](self).
-pub(crate) type KeyDemand = DemandCore<17>;
+pub(crate) type KeyDemand = DemandCore<KEY_SLOTS>;
 
 /// Each key as `publish_metrics` displayed it, and the value it set.
 #[cfg(feature = "prometheus-client")]
