@@ -263,3 +263,27 @@ impl Workers {
 /// Exhaustive interleavings of dispatch, spin, park, wake and close, under loom.
 #[cfg(all(test, loopguard_loom))]
 mod loom_model;
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use super::*;
+
+    /// A stamp stands for exactly the instant it was taken (0 is kept for "idle"), and an
+    /// instant beyond the stamps' range (584 years on) saturates instead of overflowing.
+    #[test]
+    fn a_stamp_stands_for_its_instant() {
+        let workers = Workers::new(1, Duration::ZERO);
+        let at = Instant::now();
+        let stamp = workers.stamp(at);
+        assert_ne!(stamp, 0);
+        assert_eq!(workers.start_of(stamp), at);
+        assert_eq!(
+            workers.start_of(workers.stamp(workers.epoch)),
+            workers.epoch
+        );
+        let beyond = Duration::from_nanos(u64::MAX) + Duration::from_secs(1);
+        if let Some(far) = workers.epoch.checked_add(beyond) {
+            assert_eq!(workers.stamp(far), u64::MAX);
+        }
+    }
+}
