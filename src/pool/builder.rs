@@ -48,6 +48,7 @@ pub struct PoolBuilder {
     demand_window: Duration,
     pub(crate) spin: Duration,
     worker_nice: u8,
+    pub(crate) worker_sched_idle: bool,
 }
 
 impl Default for PoolBuilder {
@@ -77,6 +78,7 @@ impl PoolBuilder {
             demand_window: DEFAULT_WINDOW,
             spin: DEFAULT_SPIN,
             worker_nice: 0,
+            worker_sched_idle: false,
         }
     }
 
@@ -280,6 +282,61 @@ impl PoolBuilder {
     /// ```
     pub fn worker_nice(mut self, nice: u8) -> PoolBuilder {
         self.worker_nice = nice;
+        self
+    }
+
+    /// Runs each worker thread in Linux's idle scheduling class, `SCHED_IDLE` (default
+    /// off), so that a thread of the normal class, the event loop first, takes a CPU from a
+    /// worker the moment it wakes.
+    ///
+    /// [`worker_nice`](PoolBuilder::worker_nice) weighs the workers against the loop, but
+    /// a weight is not a turn. Linux's scheduler (EEVDF, since 6.6) lets a thread that has
+    /// just been given a CPU keep it for its slice, and checks the slice at the scheduler
+    /// tick: a loop that wakes behind a worker at nice 10 can wait until the next tick (4 ms
+    /// at 250 Hz) while the worker renders. A normal thread that wakes always preempts an
+    /// idle-class thread at once, and a CPU that runs only idle-class threads counts as idle
+    /// when the kernel places a waking thread. In the storm's bursts on a 2-vCPU machine,
+    /// idle-class workers took the loop's refusals from several milliseconds to about one
+    /// (BENCHMARKS.md, "Low-priority workers").
+    ///
+    /// On Linux each worker moves itself into the class when it starts; one that cannot (a
+    /// seccomp filter, say) logs a warning and runs on in the class it has. The nice value
+    /// of [`worker_nice`](PoolBuilder::worker_nice) is set as well: the idle class ignores
+    /// it, but a thread that leaves the class gets it back. Elsewhere this setting does
+    /// nothing (no safe API here lowers one thread's class on other systems).
+    ///
+    /// # Caveats
+    ///
+    /// Those of [`worker_nice`](PoolBuilder::worker_nice), stronger:
+    ///
+    /// - **Starvation.** An idle-class thread weighs 3 against 1 024 for a normal thread at
+    ///   nice 0: while any normal thread keeps a CPU busy, a worker there gets about 0.3 %
+    ///   of it. Walks then crawl and their deadlines expire. Turn it on where the loop is
+    ///   the only busy normal thread its workers compete with: a process alone in a
+    ///   container, whose cgroup the kernel schedules as one entity, so that neighbours in
+    ///   other cgroups take their share of the CPU from the process, not from its workers.
+    /// - **Inherited.** Threads a job spawns, and processes it starts, begin in the idle
+    ///   class.
+    /// - **One way.** An unprivileged thread leaves the class only within its
+    ///   `RLIMIT_NICE` (usually not at all).
+    /// - **Priority inversion.** A job holding a lock the loop waits for runs at the
+    ///   class's weight; keep such critical sections short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let pool = loopguard::pool::Pool::builder()
+    ///     .workers(1)
+    ///     .worker_sched_idle(true)
+    ///     .build()?;
+    /// // On Linux the job runs in the idle class; elsewhere the setting does nothing.
+    /// pool.run(|| { /* a walk the event loop must never wait behind */ }).await.unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn worker_sched_idle(mut self, idle: bool) -> PoolBuilder {
+        self.worker_sched_idle = idle;
         self
     }
 

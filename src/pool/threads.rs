@@ -13,11 +13,15 @@ use crate::sync::contain;
 pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
     let stuck_after = builder.validated_stuck_after()?;
     let nice = builder.validated_nice()?;
+    let idle = builder.worker_sched_idle;
     let core = Arc::new(Core::new(builder)?);
     for index in 0..core.workers.count() {
         let worker = core.clone();
         let name = format!("{}-{index}", core.limit.name);
         spawn(&core, builder, name, true, move || {
+            if idle {
+                enter_idle_class();
+            }
             lower_priority(nice);
             work(&worker, index)
         })?;
@@ -74,6 +78,41 @@ fn lower_priority(nice: u8) {
 /// Per-thread nice values are a Linux feature: elsewhere the setting does nothing.
 #[cfg(not(target_os = "linux"))]
 fn lower_priority(_nice: u8) {}
+
+/// Moves the calling worker into the idle scheduling class (see
+/// [`PoolBuilder::worker_sched_idle`]), keeping its nice value.
+#[cfg(target_os = "linux")]
+fn enter_idle_class() {
+    use rustix::process::{getpriority_process, setpriority_process};
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id, thread_schedule_policy,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    let inherited = getpriority_process(None).ok();
+    // `thread_priority` sets the class, then the nice value to the class's only priority
+    // (0), which fails without privilege for a thread that inherited a higher one. What
+    // counts is the class: read it back rather than trust the result.
+    let result = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle);
+    if thread_schedule_policy().ok() != Some(idle) {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("a pool worker");
+        log::warn!(
+            "{name}: cannot enter the idle scheduling class, running on in its own: {result:?}"
+        );
+    }
+    // With privilege the reset succeeded: a worker never runs above the thread that built
+    // the pool, whatever class it may leave for.
+    if let Some(inherited) = inherited {
+        if getpriority_process(None).is_ok_and(|now| now != inherited) {
+            let _ = setpriority_process(None, inherited);
+        }
+    }
+}
+
+/// The idle class is a Linux feature: elsewhere the setting does nothing.
+#[cfg(not(target_os = "linux"))]
+fn enter_idle_class() {}
 
 /// Records a thread's exit when dropped, however the thread ends.
 struct Exit {
