@@ -425,6 +425,7 @@ fn bad_flags_exit_2_with_the_usage() {
         &["--nope", "1"],
         &["--listen"],
         &["--worker-nice", "20"],
+        &["--worker-class", "fast"],
     ] {
         let out = Command::new(&exporter_bin).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -436,6 +437,13 @@ fn bad_flags_exit_2_with_the_usage() {
 /// from `/proc` (field 19 of `stat`).
 #[cfg(target_os = "linux")]
 fn thread_nice(pid: u32, prefix: &str) -> Vec<(String, i64)> {
+    thread_field(pid, prefix, 19)
+}
+
+/// Field `n` of `/proc/PID/task/TID/stat` (19: the nice value, 41: the scheduling class)
+/// of each thread of process `pid` whose name starts with `prefix`.
+#[cfg(target_os = "linux")]
+fn thread_field(pid: u32, prefix: &str, n: usize) -> Vec<(String, i64)> {
     let mut found = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -449,8 +457,8 @@ fn thread_nice(pid: u32, prefix: &str) -> Vec<(String, i64)> {
             None => continue,
         };
         if comm.trim().starts_with(prefix) {
-            // `rest` starts at field 3 (state): nice, field 19, is its 17th.
-            found.push((comm.trim().to_string(), fields[16].parse().unwrap()));
+            // `rest` starts at field 3 (state).
+            found.push((comm.trim().to_string(), fields[n - 3].parse().unwrap()));
         }
     }
     found.sort();
@@ -497,6 +505,52 @@ fn workers_run_at_the_nice_value_it_is_given() {
         main.iter().all(|(_, nice)| *nice == i64::from(own)),
         "{main:?}"
     );
+}
+
+/// `SCHED_OTHER` and `SCHED_IDLE`, as the kernel numbers them in `stat`'s field 41.
+#[cfg(target_os = "linux")]
+const CLASS_NORMAL: i64 = 0;
+#[cfg(target_os = "linux")]
+const CLASS_IDLE: i64 = 5;
+
+#[cfg(target_os = "linux")]
+#[test]
+fn workers_run_in_the_idle_class_unless_told_otherwise() {
+    for (args, want) in [
+        (&[][..], vec![CLASS_NORMAL, CLASS_IDLE, CLASS_IDLE]),
+        (&["--worker-class", "normal"][..], vec![CLASS_NORMAL; 3]),
+    ] {
+        let mut all = vec!["--workers", "2", "--series", "10"];
+        all.extend_from_slice(args);
+        let exporter = Exporter::start(&all);
+        assert_eq!(exporter.get("/metrics", &[]).status, 200);
+        // As above: `registry-serve-` is both workers and the stuck-job monitor, which
+        // stays in the process's class; the workers move as they start.
+        let pid = exporter.child.id();
+        let pool_threads = || {
+            let mut class: Vec<i64> = thread_field(pid, "registry-serve-", 41)
+                .into_iter()
+                .map(|(_, class)| class)
+                .collect();
+            class.sort_unstable();
+            class
+        };
+        let began = Instant::now();
+        while pool_threads() != want {
+            assert!(
+                began.elapsed() < PATIENCE,
+                "{args:?}: pool threads in classes {:?}, want {want:?}",
+                pool_threads()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let main = thread_field(pid, "registry_export", 41);
+        assert!(!main.is_empty());
+        assert!(
+            main.iter().all(|(_, class)| *class == CLASS_NORMAL),
+            "{main:?}"
+        );
+    }
 }
 
 /// Raises the open-file limit to at least `wanted` if the hard limit allows; the limit now.

@@ -4,14 +4,14 @@
 //! (cd demos/go/promhttp_exporter && GO111MODULE=off GOPATH=/usr/share/gocode \
 //!     go build -o ../../../target/go/promhttp_exporter .)
 //! cargo run --release --example promhttp_side_by_side -- --go-bin target/go/promhttp_exporter
-//!     [--series 100000] [--workers 2] [--worker-nice 10] [--scrapes 64] [--rate 40] [--secs 5]
+//!     [--series 100000] [--workers 2] [--worker-nice 10] [--worker-class idle] [--scrapes 64] [--rate 40] [--secs 5]
 //!     [--json]
 //! ```
 //!
 //! Both servers hold `--series` gauges `synthetic_registry_series{shard, id}` with the same
 //! label shape and values, 1 % of them changed every 100 ms, and both walk at most two at
-//! a time: loopguard's exporter (`demos/src/exporter`, `--workers` workers at nice
-//! `--worker-nice`, 503 + `Retry-After` when both are busy) and promhttp
+//! a time: loopguard's exporter (`demos/src/exporter`, `--workers` workers in scheduling
+//! class `--worker-class` at nice `--worker-nice`, 503 + `Retry-After` when both are busy) and promhttp
 //! (`demos/go/promhttp_exporter`: `HandlerFor` with `MaxRequestsInFlight: 2`, 503 over it).
 //! Each load runs on a fresh process of each, driven by the storm's client
 //! (`loopguard_demos::storm::drive`, gzip asked): one scrape at a time on an idle server
@@ -26,19 +26,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use loopguard_demos::cli;
-use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, Mode};
+use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Mode};
 use loopguard_demos::storm::{
-    Load, Run, child_args, drive, quantile, serve_child, spawn_child, spawn_server,
+    Load, Priority, Run, child_args, drive, quantile, serve_child, spawn_child, spawn_server,
 };
 
 const USAGE: &str = "promhttp_side_by_side --go-bin PATH [--series 100000] [--workers 2] \
-[--worker-nice 10] [--scrapes 64] [--rate 40] [--secs 5] [--json]";
+[--worker-nice 10] [--worker-class idle] [--scrapes 64] [--rate 40] [--secs 5] [--json]";
 
 struct Options {
     go_bin: Option<PathBuf>,
     series: usize,
     workers: usize,
     nice: u8,
+    idle: bool,
     scrapes: usize,
     rate: u32,
     secs: u32,
@@ -52,6 +53,7 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
         series: 100_000,
         workers: 2,
         nice: DEFAULT_WORKER_NICE,
+        idle: DEFAULT_WORKER_SCHED_IDLE,
         scrapes: 64,
         rate: 40,
         secs: 5,
@@ -65,6 +67,11 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
             "--series" => o.series = args.value(&flag, inline)?,
             "--workers" => o.workers = args.value(&flag, inline)?,
             "--worker-nice" => o.nice = args.value(&flag, inline)?,
+            "--worker-class" => {
+                let class: String = args.value(&flag, inline)?;
+                o.idle = Priority::parse_class(&class)
+                    .ok_or(format!("--worker-class: idle or normal, got `{class}`"))?;
+            }
             "--scrapes" => o.scrapes = args.value(&flag, inline)?,
             "--rate" => o.rate = args.value(&flag, inline)?,
             "--secs" => o.secs = args.value(&flag, inline)?,
@@ -117,7 +124,10 @@ fn run_once(o: &Options, server: Server, load: Load) -> io::Result<Run> {
             Mode::Loopguard,
             o.series,
             o.workers,
-            o.nice,
+            Priority {
+                idle: o.idle,
+                nice: o.nice,
+            },
             Duration::ZERO,
             Duration::from_secs(5),
         ))?,
@@ -153,6 +163,7 @@ fn main() {
             listen: ([127, 0, 0, 1], 0).into(),
             workers: o.workers,
             worker_nice: o.nice,
+            worker_sched_idle: o.idle,
             series: o.series,
             cardinality_interval: Duration::ZERO,
             mode: Mode::Loopguard,
@@ -165,8 +176,15 @@ fn main() {
         return;
     }
     println!(
-        "promhttp side by side: {} series, 2 walks at a time each (loopguard: {} workers at nice {}; promhttp: MaxRequestsInFlight 2), gzip",
-        o.series, o.workers, o.nice
+        "promhttp side by side: {} series, 2 walks at a time each (loopguard: {} workers, {} class, nice {}; promhttp: MaxRequestsInFlight 2), gzip",
+        o.series,
+        o.workers,
+        Priority {
+            idle: o.idle,
+            nice: o.nice
+        }
+        .class(),
+        o.nice
     );
     let loads = [
         Load::Burst(o.scrapes),

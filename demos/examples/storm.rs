@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example storm -- [--scrapes 64] [--rate 40] [--secs 5] [--workers 2]
-//!     [--worker-nice 10] [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
+//!     [--worker-nice 10] [--worker-class idle] [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
 //!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]
 //! ```
 //!
@@ -18,15 +18,18 @@
 //! - `loopguard_coalesced`: the same pool behind a `Refresh`: concurrent scrapes share a walk;
 //! - `on_loop`: `render()` on the loop thread itself.
 //!
-//! The pool's workers run at nice value `--worker-nice` (default 10: below the loop; 0: the
-//! loop's own). A list (`--worker-nice 0,10`) runs each loopguard mode once per value, side
-//! by side in the same run.
+//! The pool's workers run in scheduling class `--worker-class` (default `idle`: Linux's
+//! `SCHED_IDLE`, the loop takes a CPU from a walk at once; `normal`: the loop's own class) at
+//! nice value `--worker-nice` (default 10: below the loop; 0: the loop's own). Lists
+//! (`--worker-class idle,normal --worker-nice 0,10`) run each loopguard mode once per
+//! class and value, side by side in the same run.
 //!
 //! Reported per run: served (200), rejected (503 + `Retry-After`: refused at once, no free
 //! slot) and expired (504: the scrape's budget ran out first) counts and latencies, walks run,
 //! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
-//! `modes` (the burst on the largest registry at the first `--worker-nice`, as before) and
-//! `runs` (every run, with its `worker_nice`; `null` for modes without a pool); latencies
+//! `modes` (the burst on the largest registry at the first `--worker-class` and
+//! `--worker-nice`, as before) and `runs` (every run, with its `worker_nice` and
+//! `worker_class`; `null` for modes without a pool); latencies
 //! of a category with no answers print `-` in the table and `0.0` in JSON. `--svg FILE` draws
 //! the burst latencies on the largest registry.
 
@@ -34,10 +37,12 @@ use std::io;
 use std::time::Duration;
 
 use loopguard_demos::exporter::{Config, Mode};
-use loopguard_demos::storm::{Load, Run, child_args, drive, quantile, serve_child, spawn_child};
+use loopguard_demos::storm::{
+    Load, Priority, Run, child_args, drive, quantile, serve_child, spawn_child,
+};
 use loopguard_demos::{chart, cli};
 
-const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] [--worker-nice 10] \
+const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] [--worker-nice 10] [--worker-class idle] \
 [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop] \
 [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]";
 
@@ -48,6 +53,8 @@ struct Options {
     secs: u32,
     workers: usize,
     worker_nice: Vec<u8>,
+    /// Idle class (`true`) or normal (`false`), per run.
+    worker_class: Vec<bool>,
     series: Vec<usize>,
     modes: Vec<Mode>,
     walk_delay: Duration,
@@ -72,6 +79,7 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
         secs: 5,
         workers: 2,
         worker_nice: vec![loopguard_demos::exporter::DEFAULT_WORKER_NICE],
+        worker_class: vec![loopguard_demos::exporter::DEFAULT_WORKER_SCHED_IDLE],
         series: vec![10_000, 100_000],
         modes: all.to_vec(),
         walk_delay: Duration::ZERO,
@@ -91,6 +99,16 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
             "--workers" => o.workers = args.value(&flag, inline)?,
             "--worker-nice" => {
                 o.worker_nice = cli::list(&flag, &args.value::<String>(&flag, inline)?)?
+            }
+            "--worker-class" => {
+                let names: Vec<String> = cli::list(&flag, &args.value::<String>(&flag, inline)?)?;
+                o.worker_class = names
+                    .iter()
+                    .map(|n| {
+                        Priority::parse_class(n)
+                            .ok_or(format!("--worker-class: idle or normal, got `{n}`"))
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             "--series" => o.series = cli::list(&flag, &args.value::<String>(&flag, inline)?)?,
             "--modes" => {
@@ -120,6 +138,9 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
     if o.worker_nice.is_empty() || o.worker_nice.iter().any(|&n| n > 19) {
         return Err("--worker-nice: 0 to 19 each".into());
     }
+    if o.worker_class.is_empty() {
+        return Err("--worker-class: idle or normal, at least one".into());
+    }
     if o.series.is_empty() || o.series.iter().any(|&n| n > 10_000_000) || o.modes.is_empty() {
         return Err("--series: 1 to 10000000 each; --modes: at least one".into());
     }
@@ -135,8 +156,8 @@ struct Row {
     series: usize,
     load: Load,
     mode: Mode,
-    /// The workers' nice value; `None` for modes without a pool.
-    nice: Option<u8>,
+    /// The workers' class and nice value; `None` for modes without a pool.
+    priority: Option<Priority>,
     run: Run,
 }
 
@@ -145,12 +166,18 @@ fn pooled(mode: Mode) -> bool {
     matches!(mode, Mode::Loopguard | Mode::LoopguardCoalesced)
 }
 
-fn run_once(o: &Options, series: usize, mode: Mode, nice: u8, load: Load) -> io::Result<Run> {
+fn run_once(
+    o: &Options,
+    series: usize,
+    mode: Mode,
+    priority: Priority,
+    load: Load,
+) -> io::Result<Run> {
     let server = spawn_child(&child_args(
         mode,
         series,
         o.workers,
-        nice,
+        priority,
         o.walk_delay,
         o.cache_ttl,
     ))?;
@@ -174,9 +201,14 @@ fn ms(sorted: &[f64], q: f64) -> String {
 
 fn json_object(row: &Row, extra: &str) -> String {
     let (name, run) = (row.mode.name(), &row.run);
-    let nice = row.nice.map_or("null".to_string(), |n| n.to_string());
+    let nice = row
+        .priority
+        .map_or("null".to_string(), |p| p.nice.to_string());
+    let class = row
+        .priority
+        .map_or("null".to_string(), |p| format!("\"{}\"", p.class()));
     format!(
-        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice}}}",
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
         run.served.len(),
         run.rejected.len(),
         run.expired.len(),
@@ -201,6 +233,7 @@ fn main() {
             listen: ([127, 0, 0, 1], 0).into(),
             workers: o.workers,
             worker_nice: o.worker_nice[0],
+            worker_sched_idle: o.worker_class[0],
             series: o.series[0],
             walk_delay: o.walk_delay,
             cache_ttl: match mode {
@@ -220,11 +253,15 @@ fn main() {
     }
     let encoding = if o.plain { "plain" } else { "gzip" };
     println!(
-        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers at nice {:?}, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
+        "storm: per mode, a burst of {} scrapes, then {} scrapes/s for {} s; {} workers, class {:?}, nice {:?}, {encoding}, series {:?}, walk delay {} ms, cache TTL {} ms",
         o.scrapes,
         o.rate,
         o.secs,
         o.workers,
+        o.worker_class
+            .iter()
+            .map(|&idle| Priority { idle, nice: 0 }.class())
+            .collect::<Vec<_>>(),
         o.worker_nice,
         o.series,
         o.walk_delay.as_millis(),
@@ -241,19 +278,33 @@ fn main() {
     for &series in &o.series {
         for load in loads {
             for &mode in &o.modes {
-                let nices: Vec<Option<u8>> = match pooled(mode) {
-                    true => o.worker_nice.iter().copied().map(Some).collect(),
+                let priorities: Vec<Option<Priority>> = match pooled(mode) {
+                    true => o
+                        .worker_class
+                        .iter()
+                        .flat_map(|&idle| {
+                            o.worker_nice
+                                .iter()
+                                .map(move |&nice| Some(Priority { idle, nice }))
+                        })
+                        .collect(),
                     false => vec![None],
                 };
-                for nice in nices {
-                    let at = nice.map_or(String::new(), |n| format!(", nice {n}"));
+                for priority in priorities {
+                    let at = priority.map_or(String::new(), |p| {
+                        format!(", {} class, nice {}", p.class(), p.nice)
+                    });
                     eprintln!("{series} series, {}, {}{at}...", load.name(), mode.name());
-                    match run_once(&o, series, mode, nice.unwrap_or(0), load) {
+                    let given = priority.unwrap_or(Priority {
+                        idle: false,
+                        nice: 0,
+                    });
+                    match run_once(&o, series, mode, given, load) {
                         Ok(run) => rows.push(Row {
                             series,
                             load,
                             mode,
-                            nice,
+                            priority,
                             run,
                         }),
                         Err(err) => {
@@ -267,10 +318,11 @@ fn main() {
     }
     println!();
     println!(
-        "{:>7} {:<9} {:<20} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
         "series",
         "load",
         "mode",
+        "class",
         "nice",
         "served",
         "rejected",
@@ -285,11 +337,12 @@ fn main() {
     for row in &rows {
         let r = &row.run;
         println!(
-            "{:>7} {:<9} {:<20} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
+            "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
             row.series,
             row.load.name(),
             row.mode.name(),
-            row.nice.map_or("-".to_string(), |n| n.to_string()),
+            row.priority.map_or("-", |p| p.class()),
+            row.priority.map_or("-".to_string(), |p| p.nice.to_string()),
             r.served.len(),
             r.rejected.len(),
             r.expired.len(),
@@ -323,7 +376,9 @@ fn main() {
             twin.filter(|u| !row.run.served.is_empty() && !u.run.served.is_empty())
         {
             let ratio = quantile(&unbounded.run.served, 0.99) / quantile(&row.run.served, 0.99);
-            let at = row.nice.map_or(String::new(), |n| format!(" (nice {n})"));
+            let at = row.priority.map_or(String::new(), |p| {
+                format!(" ({} class, nice {})", p.class(), p.nice)
+            });
             println!(
                 "{} series, {}: loopguard's served p99{at} is {ratio:.1}x better than unbounded's",
                 row.series,
@@ -332,18 +387,29 @@ fn main() {
         }
     }
     // Workers below the loop against workers at its priority, same mode, same run.
-    for row in rows.iter().filter(|r| r.nice.is_some_and(|n| n > 0)) {
+    let same = Priority {
+        idle: false,
+        nice: 0,
+    };
+    for row in rows
+        .iter()
+        .filter(|r| r.priority.is_some_and(|p| p != same))
+    {
         let twin = rows.iter().find(|u| {
-            u.nice == Some(0) && u.mode == row.mode && u.series == row.series && u.load == row.load
+            u.priority == Some(same)
+                && u.mode == row.mode
+                && u.series == row.series
+                && u.load == row.load
         });
-        if let Some(base) = twin {
+        if let (Some(base), Some(p)) = (twin, row.priority) {
             let p99 = |v: &[f64]| ms(v, 0.99);
             println!(
-                "{} series, {}, {}: nice {} against 0: 503 p99 {} against {}, healthz p99 {} against {}, served p99 {} against {}",
+                "{} series, {}, {}: {} class at nice {} against normal at 0: 503 p99 {} against {}, healthz p99 {} against {}, served p99 {} against {}",
                 row.series,
                 row.load.name(),
                 row.mode.name(),
-                row.nice.unwrap_or(0),
+                p.class(),
+                p.nice,
                 p99(&row.run.rejected),
                 p99(&base.run.rejected),
                 p99(&row.run.healthz),
@@ -357,7 +423,14 @@ fn main() {
     let bursts: Vec<&Row> = rows
         .iter()
         .filter(|r| r.series == largest && matches!(r.load, Load::Burst(_)))
-        .filter(|r| r.nice.is_none_or(|n| n == o.worker_nice[0]))
+        .filter(|r| {
+            r.priority.is_none_or(|p| {
+                p == Priority {
+                    idle: o.worker_class[0],
+                    nice: o.worker_nice[0],
+                }
+            })
+        })
         .collect();
     if let Some(path) = &o.svg {
         let title = format!(

@@ -276,13 +276,38 @@ pub fn is_refusal(r: &client::Response) -> bool {
     r.status == 503 && (r.header("retry-after").is_some() || r.text().contains(PROMHTTP_REFUSAL))
 }
 
+/// How a pool's workers run against the loop: their scheduling class and nice value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Priority {
+    /// In the idle scheduling class (`PoolBuilder::worker_sched_idle`).
+    pub idle: bool,
+    /// At this nice value (`PoolBuilder::worker_nice`).
+    pub nice: u8,
+}
+
+impl Priority {
+    /// The class's name for `--worker-class`, tables and JSON: `idle` or `normal`.
+    pub fn class(self) -> &'static str {
+        if self.idle { "idle" } else { "normal" }
+    }
+
+    /// Whether `name` is the idle class (`idle`) or the normal one (`normal`).
+    pub fn parse_class(name: &str) -> Option<bool> {
+        match name {
+            "idle" => Some(true),
+            "normal" => Some(false),
+            _ => None,
+        }
+    }
+}
+
 /// The arguments that make a child serve `mode` (see [`serve_child`]), its workers at
-/// nice value `nice`.
+/// `priority`.
 pub fn child_args(
     mode: Mode,
     series: usize,
     workers: usize,
-    nice: u8,
+    priority: Priority,
     delay: Duration,
     ttl: Duration,
 ) -> Vec<String> {
@@ -295,7 +320,9 @@ pub fn child_args(
         "--workers",
         &workers.to_string(),
         "--worker-nice",
-        &nice.to_string(),
+        &priority.nice.to_string(),
+        "--worker-class",
+        priority.class(),
         "--walk-delay-ms",
         &ms(delay),
         "--cache-ttl-ms",

@@ -1,5 +1,7 @@
 //! The exporter's walks run below its loop: at `Config::worker_nice` (10 by default), read
-//! with `getpriority` on the walking thread itself, while the loop keeps its own priority.
+//! with `getpriority` on the walking thread itself, and in the idle scheduling class unless
+//! `Config::worker_sched_idle` says otherwise, read from `/proc/thread-self/stat`, while the
+//! loop keeps its own priority and class.
 #![cfg(target_os = "linux")]
 
 use std::sync::{Arc, Mutex};
@@ -7,7 +9,7 @@ use std::time::Duration;
 
 use loopguard_demos::client;
 use loopguard_demos::exporter::registry::Registry;
-use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, Exporter};
+use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Exporter};
 use loopguard_demos::testing::run;
 use rustix::process::getpriority_process;
 
@@ -15,14 +17,27 @@ fn nice() -> i32 {
     getpriority_process(None).expect("getpriority")
 }
 
-/// The nice values of the threads that walked for one scrape of an exporter whose workers
-/// were given `worker_nice` (the default when `None`).
-fn walked_at(pool_name: &str, worker_nice: Option<u8>) -> Vec<i32> {
+/// The calling thread's scheduling class (`stat` field 41: 0 normal, 5 idle).
+fn class() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc is mounted");
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[41 - 3].parse().expect("policy")
+}
+
+/// The nice values and classes of the threads that walked for one scrape of an exporter
+/// whose workers were given `worker_nice` and `worker_sched_idle` (the defaults when
+/// `None`).
+fn walked_at(
+    pool_name: &str,
+    worker_nice: Option<u8>,
+    worker_sched_idle: Option<bool>,
+) -> Vec<(i32, u32)> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let registry = Registry::new(10, Duration::ZERO)
         .expect("the recorder installs")
-        .with_hook(move |_| record.lock().unwrap().push(nice()));
+        .with_hook(move |_| record.lock().unwrap().push((nice(), class())));
     let mut config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         pool_name: pool_name.to_string(),
@@ -32,6 +47,9 @@ fn walked_at(pool_name: &str, worker_nice: Option<u8>) -> Vec<i32> {
     };
     if let Some(n) = worker_nice {
         config.worker_nice = n;
+    }
+    if let Some(idle) = worker_sched_idle {
+        config.worker_sched_idle = idle;
     }
     let exporter = Exporter::spawn(config, Arc::new(registry)).expect("the exporter starts");
     run(async {
@@ -49,10 +67,21 @@ fn scrapes_walk_below_the_loop_by_default() {
         own < i32::from(DEFAULT_WORKER_NICE),
         "this test needs a thread below nice 10"
     );
+    const { assert!(DEFAULT_WORKER_SCHED_IDLE) };
+    let own_class = class();
+    assert_eq!(own_class, 0, "this test needs a thread in the normal class");
     assert_eq!(
-        walked_at("priority-default", None),
-        [i32::from(DEFAULT_WORKER_NICE)]
+        walked_at("priority-default", None, None),
+        [(i32::from(DEFAULT_WORKER_NICE), 5)]
     );
-    assert_eq!(walked_at("priority-off", Some(0)), [own]);
-    assert_eq!(nice(), own, "the test's own thread keeps its priority");
+    assert_eq!(
+        walked_at("priority-off", Some(0), Some(false)),
+        [(own, own_class)]
+    );
+    assert_eq!(walked_at("priority-class-only", Some(0), None), [(own, 5)]);
+    assert_eq!(
+        (nice(), class()),
+        (own, own_class),
+        "the test's own thread keeps its priority and class"
+    );
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--worker-nice 10] \
+pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--worker-nice 10] [--worker-class idle] \
 [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 
@@ -13,6 +13,9 @@ pub struct Config {
     pub workers: usize,
     /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.
     pub worker_nice: u8,
+    /// `idle` (true): the workers run in Linux's idle scheduling class, so the loop takes a
+    /// CPU from a walk the moment it wakes; `normal` (false): the loop's own class.
+    pub worker_sched_idle: bool,
     pub series: usize,
     /// Extra time each walk takes (for tests and demos).
     pub walk_delay: Duration,
@@ -34,6 +37,7 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         listen: ([127, 0, 0, 1], 9898).into(),
         workers: 2,
         worker_nice: 10,
+        worker_sched_idle: true,
         series: 10_000,
         walk_delay: ms(0),
         cache_ttl: ms(0),
@@ -57,6 +61,11 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
             "--worker-nice" => match number()? {
                 n @ 0..=19 => c.worker_nice = n as u8,
                 _ => return Err(bad(&"between 0 and 19")),
+            },
+            "--worker-class" => match value.as_str() {
+                "idle" => c.worker_sched_idle = true,
+                "normal" => c.worker_sched_idle = false,
+                _ => return Err(bad(&"idle or normal")),
             },
             "--series" => c.series = number()?.min(100_000_000) as usize,
             "--walk-delay-ms" => c.walk_delay = millis()?,

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example registry_exporter -- [--listen 127.0.0.1:9898] [--workers 2]
-//!     [--worker-nice 10] [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000]
+//!     [--worker-nice 10] [--worker-class idle] [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000]
 //!     [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000]
 //!     [--cardinality-interval-ms 30000]
 //! ```
@@ -97,8 +97,10 @@ async fn run(config: Config) -> io::Result<()> {
         .name("registry-serve")
         .workers(config.workers)
         // Walks run below the loop (Linux): refusals and /healthz answer while every
-        // core renders. See `PoolBuilder::worker_nice` for the caveats.
+        // core renders. In the idle class the loop takes a CPU from a walk the moment it
+        // wakes. See `PoolBuilder::worker_sched_idle` and `worker_nice` for the caveats.
         .worker_nice(config.worker_nice)
+        .worker_sched_idle(config.worker_sched_idle)
         .demand_window(config.demand_window)
         .on_orphan(orphaned)
         .build()?;

@@ -101,6 +101,10 @@ pub struct Config {
     /// The nice value the pool's workers run at (`PoolBuilder::worker_nice`; 0: the
     /// loop's own): at 10 the loop wins the CPU over walks when both want it.
     pub worker_nice: u8,
+    /// Whether the pool's workers run in Linux's idle scheduling class
+    /// (`PoolBuilder::worker_sched_idle`): the loop then takes a CPU from a walk the moment
+    /// it wakes.
+    pub worker_sched_idle: bool,
     /// Gauge series in the registry: the size, and so the cost, of a walk.
     pub series: usize,
     /// A fixed blocking delay added to every walk.
@@ -135,6 +139,10 @@ pub struct Config {
 /// workers").
 pub const DEFAULT_WORKER_NICE: u8 = 10;
 
+/// The default of `--worker-class`: `idle`, walks in the idle scheduling class, so that the
+/// loop never waits a scheduler tick behind one (BENCHMARKS.md, "Low-priority workers").
+pub const DEFAULT_WORKER_SCHED_IDLE: bool = true;
+
 /// The default of `--scrape-timeout-offset-ms`: half a second, Prometheus' own margin
 /// between a scrape's timeout and the time it needs to read and parse the response.
 pub const DEFAULT_SCRAPE_TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
@@ -146,6 +154,7 @@ impl Default for Config {
             pool_name: POOL_NAME.to_string(),
             workers: 2,
             worker_nice: DEFAULT_WORKER_NICE,
+            worker_sched_idle: DEFAULT_WORKER_SCHED_IDLE,
             series: 10_000,
             walk_delay: Duration::ZERO,
             cache_ttl: Duration::ZERO,
@@ -267,6 +276,7 @@ impl Shared {
             .name(&config.pool_name)
             .workers(config.workers)
             .worker_nice(config.worker_nice)
+            .worker_sched_idle(config.worker_sched_idle)
             .demand_window(config.demand_window)
             .on_orphan(OrphanHandler::new(|report| eprintln!("orphaned: {report}")))
             .build()?;
