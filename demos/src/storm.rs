@@ -8,15 +8,14 @@
 //! seconds, whatever the answers). A prober sends `GET /healthz` on a fresh connection
 //! every 10 ms from the first scrape to the last answer: its latency is the loop's.
 
-use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_lite::future;
 use smol::LocalExecutor;
 
 use crate::client;
@@ -181,6 +180,10 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                     for _ in 0..n {
                         streams.push(smol::net::TcpStream::connect(addr).await?);
                     }
+                    // A connection is established before the server accepts it: one
+                    // round trip on a connection opened after them all, which the server
+                    // accepts after them, shows that it holds them all.
+                    client::get(addr, "/healthz", &[]).await?;
                     for stream in streams {
                         let request = request.clone();
                         tasks.push(
@@ -210,25 +213,21 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             }
             io::Result::Ok(results)
         };
-        let done = Cell::new(false);
-        let healthz = RefCell::new(Vec::new());
-        let scrapes = async {
-            let results = scrapes.await;
-            done.set(true);
-            results
+        // The prober has a thread and a loop of its own: sharing the client's, a probe
+        // sent during the burst would wait for the client to read every scrape's answer,
+        // and time the client rather than the server's loop.
+        let done = Arc::new(AtomicBool::new(false));
+        let prober = {
+            let done = done.clone();
+            std::thread::Builder::new()
+                .name("storm-prober".into())
+                .spawn(move || probe_healthz(addr, &done))?
         };
-        let probe = async {
-            while !done.get() {
-                let began = Instant::now();
-                let ok =
-                    matches!(client::get(addr, "/healthz", &[]).await, Ok(r) if r.status == 200);
-                // A failed probe counts as never answered.
-                let took = if ok { began.elapsed() } else { Duration::MAX };
-                healthz.borrow_mut().push(took.as_secs_f64() * 1e3);
-                smol::Timer::after(Duration::from_millis(10)).await;
-            }
-        };
-        let (results, ()) = future::zip(scrapes, probe).await;
+        let results = scrapes.await;
+        done.store(true, Ordering::SeqCst);
+        let healthz = prober
+            .join()
+            .map_err(|_| io::Error::other("the /healthz prober panicked"))?;
         let results = results?;
         let mut run = Run::default();
         for result in results {
@@ -250,7 +249,7 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                 }
             }
         }
-        run.healthz = healthz.into_inner();
+        run.healthz = healthz;
         for v in [
             &mut run.served,
             &mut run.rejected,
@@ -261,6 +260,22 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
         }
         Ok(run)
     }))
+}
+
+/// Sends `GET /healthz` on a fresh connection every 10 ms until `done`; the latencies, ms
+/// (a failed probe counts as never answered).
+fn probe_healthz(addr: SocketAddr, done: &AtomicBool) -> Vec<f64> {
+    smol::block_on(async {
+        let mut healthz = Vec::new();
+        while !done.load(Ordering::SeqCst) {
+            let began = Instant::now();
+            let ok = matches!(client::get(addr, "/healthz", &[]).await, Ok(r) if r.status == 200);
+            let took = if ok { began.elapsed() } else { Duration::MAX };
+            healthz.push(took.as_secs_f64() * 1e3);
+            smol::Timer::after(Duration::from_millis(10)).await;
+        }
+        healthz
+    })
 }
 
 /// What the exporter says in the 504 of a scrape whose budget ran out.
