@@ -26,7 +26,12 @@
 //!
 //! Reported per run: served (200), rejected (503 + `Retry-After`: refused at once, no free
 //! slot) and expired (504: the scrape's budget ran out first) counts and latencies, walks run,
-//! `/healthz` p99 during the load, and the server's peak RSS. `--json` adds a last line:
+//! `/healthz` p99 during the load, and the server's peak RSS. A latency runs from a scrape's
+//! first byte sent to its answer read; the client reads 64 answers one after the other on the
+//! server's own machine, so the JSON also gives the refusals' and the 200s' p99 to the
+//! moment the kernel received each answer (`rejected_p99_arrival_ms`,
+//! `served_p99_arrival_ms`: `SO_TIMESTAMPNS`), what a client that reads at once would see.
+//! `/healthz` is probed from a thread of its own. `--json` adds a last line:
 //! `modes` (the burst on the largest registry at the first `--worker-class` and
 //! `--worker-nice`, as before) and `runs` (every run, with its `worker_nice` and
 //! `worker_class`; `null` for modes without a pool); latencies
@@ -208,7 +213,7 @@ fn json_object(row: &Row, extra: &str) -> String {
         .priority
         .map_or("null".to_string(), |p| format!("\"{}\"", p.class()));
     format!(
-        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"rejected_p99_arrival_ms\":{:.3},\"served_p99_arrival_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
         run.served.len(),
         run.rejected.len(),
         run.expired.len(),
@@ -217,6 +222,8 @@ fn json_object(row: &Row, extra: &str) -> String {
         quantile(&run.served, 0.99),
         quantile(&run.rejected, 0.99),
         quantile(&run.expired, 0.99),
+        quantile(&run.rejected_arrived, 0.99),
+        quantile(&run.served_arrived, 0.99),
         quantile(&run.healthz, 0.99).min(1e12),
         run.peak_rss_kib as f64 / 1024.0,
         run.other,

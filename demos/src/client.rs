@@ -21,6 +21,10 @@ pub struct Response {
     pub body: Vec<u8>,
     /// From the first byte sent to the last byte received.
     pub elapsed: Duration,
+    /// From the first byte sent to the moment the kernel received the last data of the
+    /// answer, where it says ([`exchange_stamped`]): what a client that reads at once
+    /// would see, whatever this one was busy with.
+    pub arrived: Option<Duration>,
 }
 
 impl Response {
@@ -100,6 +104,55 @@ pub async fn exchange(mut stream: TcpStream, raw: &[u8]) -> io::Result<Response>
     Ok(response)
 }
 
+/// [`exchange`], with [`Response::arrived`]: the socket asks the kernel to timestamp what
+/// it receives (`SO_TIMESTAMPNS`), and each read takes the time of the last data it read.
+///
+/// A client on the same machine as the server, reading 64 answers one after the other,
+/// reads the first long after it arrived; the kernel's timestamp is when it arrived.
+pub async fn exchange_stamped(stream: TcpStream, raw: &[u8]) -> io::Result<Response> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
+    let stream = std::sync::Arc::<smol::Async<std::net::TcpStream>>::from(stream);
+    setsockopt(stream.get_ref(), sockopt::ReceiveTimestampns, &true)?;
+    let sent = std::time::SystemTime::now();
+    let began = Instant::now();
+    (&*stream).write_all(raw).await?;
+    let mut bytes = Vec::with_capacity(4096);
+    let mut arrived = None;
+    // Room for a refusal; a read that fills it grows it for the (large) rest.
+    let mut chunk = vec![0_u8; 4096];
+    loop {
+        let (n, stamp) = stream
+            .read_with(|socket| {
+                let mut iov = [std::io::IoSliceMut::new(&mut chunk)];
+                let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+                let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
+                let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::empty())?;
+                let stamp = msg.cmsgs()?.find_map(|c| match c {
+                    ControlMessageOwned::ScmTimestampns(t) => Some(Duration::from(t)),
+                    _ => None,
+                });
+                Ok((msg.bytes, stamp))
+            })
+            .await?;
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+        arrived = stamp.or(arrived);
+        if n == chunk.len() && chunk.len() < 256 * 1024 {
+            chunk.resize(chunk.len() * 4, 0);
+        }
+    }
+    let mut response = parse(&bytes)?;
+    response.elapsed = began.elapsed();
+    // The stamp is the system clock's; so is `sent`.
+    let sent = sent
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    response.arrived = arrived.map(|at| at.saturating_sub(sent));
+    Ok(response)
+}
+
 /// Parses one `Content-Length`-framed (or close-delimited) HTTP/1.1 response.
 pub fn parse(bytes: &[u8]) -> io::Result<Response> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
@@ -132,5 +185,6 @@ pub fn parse(bytes: &[u8]) -> io::Result<Response> {
         headers,
         body,
         elapsed: Duration::ZERO,
+        arrived: None,
     })
 }

@@ -53,6 +53,11 @@ pub struct Run {
     pub served: Vec<f64>,
     /// Latencies of refusals (503 with `Retry-After`: no free slot), ms, sorted.
     pub rejected: Vec<f64>,
+    /// The same refusals, timed to the kernel's receipt of each answer rather than to the
+    /// client's reading it ([`client::exchange_stamped`]), ms, sorted.
+    pub rejected_arrived: Vec<f64>,
+    /// The same for the 200 answers, ms, sorted.
+    pub served_arrived: Vec<f64>,
     /// Latencies of budget expiries (504: the budget ran out before the walk finished),
     /// ms, sorted.
     pub expired: Vec<f64>,
@@ -186,9 +191,9 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                     client::get(addr, "/healthz", &[]).await?;
                     for stream in streams {
                         let request = request.clone();
-                        tasks.push(
-                            ex.spawn(async move { client::exchange(stream, &request).await }),
-                        );
+                        tasks.push(ex.spawn(async move {
+                            client::exchange_stamped(stream, &request).await
+                        }));
                     }
                 }
                 Load::Sustained { rate, secs } => {
@@ -200,8 +205,10 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                         tasks.push(ex.spawn(async move {
                             let sent = Instant::now();
                             let stream = smol::net::TcpStream::connect(addr).await?;
-                            let mut response = client::exchange(stream, &request).await?;
+                            let connected = sent.elapsed();
+                            let mut response = client::exchange_stamped(stream, &request).await?;
                             response.elapsed = sent.elapsed();
+                            response.arrived = response.arrived.map(|a| a + connected);
                             Ok(response)
                         }));
                     }
@@ -232,9 +239,16 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
         let mut run = Run::default();
         for result in results {
             let ms = |r: &client::Response| r.elapsed.as_secs_f64() * 1e3;
+            let arrived = |r: &client::Response| r.arrived.map(|a| a.as_secs_f64() * 1e3);
             match result {
-                Ok(r) if r.status == 200 => run.served.push(ms(&r)),
-                Ok(r) if is_refusal(&r) => run.rejected.push(ms(&r)),
+                Ok(r) if r.status == 200 => {
+                    run.served.push(ms(&r));
+                    run.served_arrived.extend(arrived(&r));
+                }
+                Ok(r) if is_refusal(&r) => {
+                    run.rejected.push(ms(&r));
+                    run.rejected_arrived.extend(arrived(&r));
+                }
                 // 504 since the exporter gave expiries a status of their own; 503 before.
                 Ok(r) if matches!(r.status, 503 | 504) && r.text().contains(EXPIRED) => {
                     run.expired.push(ms(&r))
@@ -252,6 +266,8 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
         run.healthz = healthz;
         for v in [
             &mut run.served,
+            &mut run.served_arrived,
+            &mut run.rejected_arrived,
             &mut run.rejected,
             &mut run.expired,
             &mut run.healthz,
