@@ -267,6 +267,38 @@ fn a_gzip_scrape_decompresses_to_the_same_series_as_a_plain_one() {
     }
 }
 
+/// A scrape of several slices (the body goes out 256 KiB at a time, the loop given back in
+/// between) arrives whole, in order, with the length it announced, in both encodings.
+#[test]
+fn a_scrape_larger_than_a_slice_arrives_whole() {
+    let exporter = Exporter::start(&["--series", "20000"]);
+    let plain = exporter.get("/metrics", &[]);
+    assert_eq!(plain.status, 200);
+    assert!(
+        plain.body.len() > 4 * 256 * 1024,
+        "{} bytes",
+        plain.body.len()
+    );
+    let announced: usize = plain.header("content-length").unwrap().parse().unwrap();
+    assert_eq!(announced, plain.body.len());
+    let lines = plain.text();
+    assert!(lines.ends_with('\n'));
+    let ids: std::collections::BTreeSet<&str> = lines
+        .lines()
+        .filter(|l| l.starts_with("synthetic_registry_series{"))
+        .collect();
+    assert_eq!(ids.len(), 20_000);
+    exporter.until("idle", |page| page.contains("in_use: 0"));
+    let gzip = exporter.get("/metrics", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(gzip.header("content-encoding"), Some("gzip"));
+    let unzipped = series(&gzip.text());
+    let gzip_ids = unzipped
+        .iter()
+        .filter(|s| s.starts_with("synthetic_registry_series{"))
+        .count();
+    assert_eq!(gzip_ids, 20_000);
+}
+
 #[test]
 fn an_idle_exporter_reads_in_use_0_on_every_scrape() {
     let exporter = Exporter::start(&["--workers", "1", "--series", "100"]);

@@ -27,6 +27,7 @@
 pub mod conns;
 pub mod registry;
 mod routes;
+pub mod sliced;
 
 pub use routes::serve;
 

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::rc::Rc;
 
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY};
 use hyper::server::conn::http1;
@@ -16,6 +16,7 @@ use smol::{Async, LocalExecutor};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use super::conns::{Conn, Tracker, first_byte, out_of_descriptors};
+use super::sliced::Sliced;
 use super::*;
 
 /// Serves `listener` on the current thread until `stop` is triggered, then drains:
@@ -184,10 +185,10 @@ impl Drop for Busy<'_> {
     }
 }
 
-type Reply = Response<Full<Bytes>>;
+type Reply = Response<Sliced>;
 
 fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Reply {
-    let mut response = Response::new(Full::new(body.into()));
+    let mut response = Response::new(Sliced::new(body.into()));
     *response.status_mut() = status;
     response
         .headers_mut()
