@@ -32,16 +32,45 @@ const EMFILE: i32 = rustix::io::Errno::MFILE.raw_os_error();
 pub type Reply = Response<Sliced>;
 
 pub fn reply(status: u16, body: impl Into<Bytes>) -> Reply {
-    let mut response = Response::new(Sliced(body.into(), true));
+    let mut response = Response::new(Sliced(body.into(), None));
     *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
     response
 }
 
-/// A body hyper gets 256 KiB at a time, the loop given back in between (`Pending` once,
-/// task woken): a 2 MB scrape handed over whole holds the loop for its copy and its `send`,
-/// 0.6 to 2 ms over loopback, while refusals and `/healthz` wait. The flag: whether the
-/// next poll sends (rather than yields first).
-pub struct Sliced(Bytes, bool);
+/// A body hyper gets 256 KiB per poll of its connection's task: a 2 MB scrape handed over
+/// whole holds the loop for its copy and its `send` (0.6 to 2 ms over loopback) while
+/// refusals and `/healthz` wait. Asked for more in the same poll (hyper asks again after
+/// each flush), it returns `Pending` with the task woken, so whatever else is ready runs
+/// first. [`Turns`] numbers the polls; outside one the body never yields.
+pub struct Sliced(Bytes, Option<u64>);
+
+thread_local! {
+    /// The [`Turns`] poll under way on this thread, and the last number given.
+    static TURN: Cell<(Option<u64>, u64)> = const { Cell::new((None, 0)) };
+}
+
+/// A connection's future whose every poll is a turn of its own, for [`Sliced`].
+pub struct Turns<F>(F);
+
+impl<F: Future + Unpin> Future for Turns<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        struct Restore(Option<u64>); // puts back the turn it replaced, however the poll ends
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                TURN.set((self.0, TURN.get().1));
+            }
+        }
+        let (outer, last) = TURN.get();
+        TURN.set((Some(last + 1), last + 1));
+        let _restore = Restore(outer);
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
 
 impl Body for Sliced {
     type Data = Bytes;
@@ -55,12 +84,13 @@ impl Body for Sliced {
         if self.0.is_empty() {
             return Poll::Ready(None);
         }
-        if !std::mem::replace(&mut self.1, true) {
+        let turn = TURN.get().0;
+        if turn.is_some() && self.1 == turn {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
+        self.1 = turn;
         let n = self.0.len().min(256 * 1024);
-        self.1 = false;
         Poll::Ready(Some(Ok(Frame::data(self.0.split_to(n)))))
     }
 
@@ -179,9 +209,9 @@ impl Connections {
             let io = FuturesIo::new(smol::net::TcpStream::from(stream));
             let http = http.max_buf_size(16 << 10).serve_connection(io, service);
             let mut http = std::pin::pin!(http);
-            if then(http.as_mut(), false).or(ended(true)).await {
+            if then(Turns(http.as_mut()), false).or(ended(true)).await {
                 http.as_mut().graceful_shutdown(); // finish the request in flight
-                let _ = http.await;
+                let _ = Turns(http).await;
             }
         }
         self.idle.borrow_mut().remove(&key.get());

@@ -16,7 +16,7 @@ use smol::{Async, LocalExecutor};
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use super::conns::{Conn, Tracker, first_byte, out_of_descriptors};
-use super::sliced::Sliced;
+use super::sliced::{Sliced, Turns};
 use super::*;
 
 /// Serves `listener` on the current thread until `stop` is triggered, then drains:
@@ -150,7 +150,7 @@ fn connection(
         let mut http = std::pin::pin!(http);
         let served = async {
             // Clients that leave, time out or send garbage are routine; nothing to report.
-            let _ = http.as_mut().await;
+            let _ = Turns(http.as_mut()).await;
             Ending::Served
         };
         let stopped = async {
@@ -164,7 +164,7 @@ fn connection(
         if future::or(served, future::or(shed, stopped)).await == Ending::Stopped {
             // Finish the request in flight, then close.
             http.as_mut().graceful_shutdown();
-            let _ = http.await;
+            let _ = Turns(http).await;
         }
     }
 }
