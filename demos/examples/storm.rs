@@ -30,7 +30,8 @@
 //! first byte sent to its answer read; the client reads 64 answers one after the other on the
 //! server's own machine, so the JSON also gives the refusals' and the 200s' p99 to the
 //! moment the kernel received each answer (`rejected_p99_arrival_ms`,
-//! `served_p99_arrival_ms`: `SO_TIMESTAMPNS`), what a client that reads at once would see.
+//! `served_p99_arrival_ms`: `SO_TIMESTAMPNS`, Linux), what a client reading each answer as it
+//! came would see (less its own wake-up); `unstamped` counts the answers left out of them.
 //! `/healthz` is probed from a thread of its own. `--json` adds a last line:
 //! `modes` (the burst on the largest registry at the first `--worker-class` and
 //! `--worker-nice`, as before) and `runs` (every run, with its `worker_nice` and
@@ -213,7 +214,7 @@ fn json_object(row: &Row, extra: &str) -> String {
         .priority
         .map_or("null".to_string(), |p| format!("\"{}\"", p.class()));
     format!(
-        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"rejected_p99_arrival_ms\":{:.3},\"served_p99_arrival_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"rejected_p99_arrival_ms\":{:.3},\"served_p99_arrival_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"unstamped\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
         run.served.len(),
         run.rejected.len(),
         run.expired.len(),
@@ -227,6 +228,7 @@ fn json_object(row: &Row, extra: &str) -> String {
         quantile(&run.healthz, 0.99).min(1e12),
         run.peak_rss_kib as f64 / 1024.0,
         run.other,
+        run.unstamped,
     )
 }
 

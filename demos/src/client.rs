@@ -22,8 +22,8 @@ pub struct Response {
     /// From the first byte sent to the last byte received.
     pub elapsed: Duration,
     /// From the first byte sent to the moment the kernel received the last data of the
-    /// answer, where it says ([`exchange_stamped`]): what a client that reads at once
-    /// would see, whatever this one was busy with.
+    /// answer, where it says ([`exchange_stamped`]): what a client reading each answer as
+    /// it came would see (less its own wake-up), whatever this one was busy with.
     pub arrived: Option<Duration>,
 }
 
@@ -104,11 +104,54 @@ pub async fn exchange(mut stream: TcpStream, raw: &[u8]) -> io::Result<Response>
     Ok(response)
 }
 
-/// [`exchange`], with [`Response::arrived`]: the socket asks the kernel to timestamp what
-/// it receives (`SO_TIMESTAMPNS`), and each read takes the time of the last data it read.
+/// Keeps the kernel's receive timestamps on while it lives (Linux; elsewhere nothing).
+///
+/// Linux turns timestamping on for the whole system when the first socket asks for it, but
+/// only a moment later (from a work queue), and off again once the last one closes: an
+/// answer that arrives in between carries no stamp. This socket asks first, waits until a
+/// datagram it sends itself comes back stamped (at most about a second), and keeps the
+/// option on for as long as it is held.
+#[cfg(target_os = "linux")]
+pub fn keep_timestamps() -> io::Result<std::net::UdpSocket> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
+    let socket = std::net::UdpSocket::bind(("127.0.0.1", 0))?;
+    setsockopt(&socket, sockopt::ReceiveTimestampns, &true)?;
+    socket.connect(socket.local_addr()?)?;
+    socket.set_read_timeout(Some(Duration::from_secs(1)))?;
+    for _ in 0..1000 {
+        socket.send(b"stamp?")?;
+        let mut buf = [0_u8; 16];
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let mut space = nix::cmsg_space!(nix::sys::time::TimeSpec);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+        let msg = recvmsg::<()>(fd, &mut iov, Some(&mut space), MsgFlags::empty())?;
+        if msg
+            .cmsgs()?
+            .any(|c| matches!(c, ControlMessageOwned::ScmTimestampns(_)))
+        {
+            return Ok(socket);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Err(io::Error::other("the kernel never stamped a datagram"))
+}
+
+/// Receive timestamps are read on Linux only: elsewhere nothing to keep.
+#[cfg(not(target_os = "linux"))]
+pub fn keep_timestamps() -> io::Result<()> {
+    Ok(())
+}
+
+/// [`exchange`], with [`Response::arrived`]: on Linux the socket asks the kernel to
+/// timestamp what it receives (`SO_TIMESTAMPNS`), and each read takes the time of the last
+/// data it read.
 ///
 /// A client on the same machine as the server, reading 64 answers one after the other,
-/// reads the first long after it arrived; the kernel's timestamp is when it arrived.
+/// reads the first long after it arrived; the kernel's timestamp is when it arrived (what
+/// a client that read each answer as it came would see, less its own wake-up). Hold a
+/// [`keep_timestamps`] socket meanwhile. An answer without a stamp (any answer, off Linux)
+/// has `arrived` `None`.
+#[cfg(target_os = "linux")]
 pub async fn exchange_stamped(stream: TcpStream, raw: &[u8]) -> io::Result<Response> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, setsockopt, sockopt};
     let stream = std::sync::Arc::<smol::Async<std::net::TcpStream>>::from(stream);
@@ -145,12 +188,19 @@ pub async fn exchange_stamped(stream: TcpStream, raw: &[u8]) -> io::Result<Respo
     }
     let mut response = parse(&bytes)?;
     response.elapsed = began.elapsed();
-    // The stamp is the system clock's; so is `sent`.
+    // The stamp is the system clock's; so is `sent`. An answer cannot arrive after it was
+    // read: the bound keeps a step of the system clock from saying otherwise.
     let sent = sent
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    response.arrived = arrived.map(|at| at.saturating_sub(sent));
+    response.arrived = arrived.map(|at| at.saturating_sub(sent).min(response.elapsed));
     Ok(response)
+}
+
+/// [`exchange`]: receive timestamps are read on Linux only.
+#[cfg(not(target_os = "linux"))]
+pub async fn exchange_stamped(stream: TcpStream, raw: &[u8]) -> io::Result<Response> {
+    exchange(stream, raw).await
 }
 
 /// Parses one `Content-Length`-framed (or close-delimited) HTTP/1.1 response.

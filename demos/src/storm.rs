@@ -58,6 +58,8 @@ pub struct Run {
     pub rejected_arrived: Vec<f64>,
     /// The same for the 200 answers, ms, sorted.
     pub served_arrived: Vec<f64>,
+    /// Refusals and 200 answers the kernel did not timestamp, left out of the two above.
+    pub unstamped: usize,
     /// Latencies of budget expiries (504: the budget ran out before the walk finished),
     /// ms, sorted.
     pub expired: Vec<f64>,
@@ -175,6 +177,7 @@ impl Drop for ChildServer {
 pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Result<Run> {
     let ex = Rc::new(LocalExecutor::new());
     let request = client::get_request("/metrics", headers);
+    let _stamps = client::keep_timestamps()?;
     smol::block_on(ex.run(async {
         let scrapes = async {
             let mut tasks = Vec::new();
@@ -243,11 +246,17 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             match result {
                 Ok(r) if r.status == 200 => {
                     run.served.push(ms(&r));
-                    run.served_arrived.extend(arrived(&r));
+                    match arrived(&r) {
+                        Some(at) => run.served_arrived.push(at),
+                        None => run.unstamped += 1,
+                    }
                 }
                 Ok(r) if is_refusal(&r) => {
                     run.rejected.push(ms(&r));
-                    run.rejected_arrived.extend(arrived(&r));
+                    match arrived(&r) {
+                        Some(at) => run.rejected_arrived.push(at),
+                        None => run.unstamped += 1,
+                    }
                 }
                 // 504 since the exporter gave expiries a status of their own; 503 before.
                 Ok(r) if matches!(r.status, 503 | 504) && r.text().contains(EXPIRED) => {
