@@ -21,6 +21,9 @@ fn config(workers: usize) -> Config {
         workers,
         series: 100,
         cardinality_interval: Duration::ZERO,
+        // The normal class: an idle-class walk could starve behind the test run's own busy
+        // threads (worker_priority.rs checks the exporter's default).
+        worker_sched_idle: false,
         ..Config::default()
     }
 }

@@ -52,6 +52,9 @@ fn scrapes_are_answered_while_thousands_of_idle_connections_are_open() {
     let exporter = start(
         Config {
             header_read_timeout: Duration::from_secs(60),
+            // The normal class: an idle-class walk could starve behind the test run's own busy
+            // threads (worker_priority.rs checks the exporter's default).
+            worker_sched_idle: false,
             ..Config::default()
         },
         registry(),
@@ -108,6 +111,9 @@ fn over_the_cap_the_oldest_idle_connection_is_shed_and_a_busy_one_never() {
             max_connections: cap,
             // Only shedding closes connections here.
             header_read_timeout: Duration::from_secs(60),
+            // The normal class: an idle-class walk could starve behind the test run's own busy
+            // threads (worker_priority.rs checks the exporter's default).
+            worker_sched_idle: false,
             ..Config::default()
         },
         held,
@@ -163,6 +169,9 @@ fn heads_trickled_a_byte_at_a_time_are_cut_off_and_healthz_answers_meanwhile() {
     let exporter = start(
         Config {
             header_read_timeout: timeout,
+            // The normal class: an idle-class walk could starve behind the test run's own busy
+            // threads (worker_priority.rs checks the exporter's default).
+            worker_sched_idle: false,
             ..Config::default()
         },
         registry(),

@@ -19,6 +19,9 @@ fn start(pool_name: &str, workers: usize, registry: Registry) -> Exporter {
         pool_name: pool_name.to_string(),
         workers,
         cardinality_interval: Duration::ZERO,
+        // The normal class: an idle-class walk could starve behind the test run's own busy
+        // threads (worker_priority.rs checks the exporter's default).
+        worker_sched_idle: false,
         ..Config::default()
     };
     Exporter::spawn(config, registry.into()).expect("the exporter starts")

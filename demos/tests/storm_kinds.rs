@@ -30,6 +30,9 @@ fn refusals_and_budget_expiries_are_counted_apart() {
         pool_name: "storm-kinds".to_string(),
         workers: 1,
         cardinality_interval: Duration::ZERO,
+        // The normal class: an idle-class walk could starve behind the test run's own busy
+        // threads (worker_priority.rs checks the exporter's default).
+        worker_sched_idle: false,
         ..Config::default()
     };
     let exporter = Exporter::spawn(config, Arc::new(registry)).expect("the exporter starts");
