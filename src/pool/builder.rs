@@ -291,13 +291,16 @@ impl PoolBuilder {
     ///
     /// [`worker_nice`](PoolBuilder::worker_nice) weighs the workers against the loop, but
     /// a weight is not a turn. Linux's scheduler (EEVDF, since 6.6) lets a thread that has
-    /// just been given a CPU keep it for its slice, and checks the slice at the scheduler
-    /// tick: a loop that wakes behind a worker at nice 10 can wait until the next tick (4 ms
-    /// at 250 Hz) while the worker renders. A normal thread that wakes always preempts an
-    /// idle-class thread at once, and a CPU that runs only idle-class threads counts as idle
-    /// when the kernel places a waking thread. In the storm's bursts on a 2-vCPU machine,
-    /// idle-class workers took the loop's refusals from several milliseconds to about one
-    /// (BENCHMARKS.md, "Low-priority workers").
+    /// just been given a CPU run its slice, and looks again at the scheduler tick: traced
+    /// in the storm's bursts, a loop woken behind a worker at nice 10 waited on that CPU
+    /// until the next tick, 3.9 ms at 250 Hz. A normal thread that wakes preempts an
+    /// idle-class thread of its cgroup at once, and a CPU running only idle-class threads
+    /// counts as idle where the kernel places a waking thread. In 20 storm bursts on a
+    /// 2-vCPU machine (BENCHMARKS.md, "The idle class"), the refusals' p99 fell from a
+    /// median of 4.3 ms with workers at nice 10 to 1.9 ms in the idle class, the same as
+    /// with walks that sleep instead of rendering. It is not a guarantee: a normal thread
+    /// that has used up its share may still wait behind an idle-class one until the next
+    /// tick (seen once in those traces).
     ///
     /// On Linux each worker moves itself into the class when it starts; one that cannot (a
     /// seccomp filter, say) logs a warning and runs on in the class it has. The nice value
@@ -312,15 +315,20 @@ impl PoolBuilder {
     /// - **Starvation.** An idle-class thread weighs 3 against 1 024 for a normal thread at
     ///   nice 0: while any normal thread keeps a CPU busy, a worker there gets about 0.3 %
     ///   of it. Walks then crawl and their deadlines expire. Turn it on where the loop is
-    ///   the only busy normal thread its workers compete with: a process alone in a
-    ///   container, whose cgroup the kernel schedules as one entity, so that neighbours in
-    ///   other cgroups take their share of the CPU from the process, not from its workers.
+    ///   the only busy normal thread its workers compete with, such as a process alone in
+    ///   a container: with the CPU controller on (cgroup v2's `cpu`, as in Kubernetes), the
+    ///   kernel weighs the container's cgroup against its neighbours as one, and the
+    ///   workers yield only to the threads of their own cgroup. Without it, every normal
+    ///   thread on the host comes first.
     /// - **Inherited.** Threads a job spawns, and processes it starts, begin in the idle
     ///   class.
     /// - **One way.** An unprivileged thread leaves the class only within its
     ///   `RLIMIT_NICE` (usually not at all).
     /// - **Priority inversion.** A job holding a lock the loop waits for runs at the
-    ///   class's weight; keep such critical sections short.
+    ///   class's weight; keep such critical sections short. The pool has one such lock of
+    ///   its own: a worker takes the job queue's mutex for a few instructions to take a job
+    ///   or park, and the loop takes it to hand a job over. A worker preempted inside it
+    ///   holds up that hand-off until it runs again.
     ///
     /// # Examples
     ///

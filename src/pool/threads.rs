@@ -92,7 +92,8 @@ fn enter_idle_class() {
     let inherited = getpriority_process(None).ok();
     // `thread_priority` sets the class, then the nice value to the class's only priority
     // (0), which fails without privilege for a thread that inherited a higher one. What
-    // counts is the class: read it back rather than trust the result.
+    // counts is the class: read it back (glibc reports the policy it last set
+    // successfully) rather than trust the result.
     let result = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle);
     if thread_schedule_policy().ok() != Some(idle) {
         let thread = std::thread::current();
@@ -105,7 +106,13 @@ fn enter_idle_class() {
     // the pool, whatever class it may leave for.
     if let Some(inherited) = inherited {
         if getpriority_process(None).is_ok_and(|now| now != inherited) {
-            let _ = setpriority_process(None, inherited);
+            if let Err(err) = setpriority_process(None, inherited) {
+                // Only a negative value can fail here (lowering a nice value needs
+                // privilege): the worker then runs at 0, still not above its builder.
+                let thread = std::thread::current();
+                let name = thread.name().unwrap_or("a pool worker");
+                log::warn!("{name}: cannot restore nice value {inherited}: {err}");
+            }
         }
     }
 }

@@ -141,7 +141,8 @@ pub struct Config {
 pub const DEFAULT_WORKER_NICE: u8 = 10;
 
 /// The default of `--worker-class`: `idle`, walks in the idle scheduling class, so that the
-/// loop never waits a scheduler tick behind one (BENCHMARKS.md, "Low-priority workers").
+/// loop takes a CPU from a walk as it wakes instead of waiting, at nice 10, for the next
+/// scheduler tick (BENCHMARKS.md, "The idle class").
 pub const DEFAULT_WORKER_SCHED_IDLE: bool = true;
 
 /// The default of `--scrape-timeout-offset-ms`: half a second, Prometheus' own margin
