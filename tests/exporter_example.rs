@@ -520,24 +520,7 @@ fn workers_run_at_the_nice_value_it_is_given() {
     // all read `registry-serve-`. The two workers lower their priority as they start (wait
     // until both have); the stuck-job monitor keeps the process's own.
     let pid = exporter.child.id();
-    let pool_threads = || {
-        let mut nice: Vec<i64> = thread_nice(pid, "registry-serve-")
-            .into_iter()
-            .map(|(_, nice)| nice)
-            .collect();
-        nice.sort_unstable();
-        nice
-    };
-    let want = vec![i64::from(own), 7, 7];
-    let began = Instant::now();
-    while pool_threads() != want {
-        assert!(
-            began.elapsed() < PATIENCE,
-            "pool threads at {:?}, want {want:?}",
-            pool_threads()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    until_pool_threads(pid, 19, &[i64::from(own), 7, 7], "nice values");
     // The loop (the main thread, named after the binary, and any helper thread it starts
     // unnamed) keeps the process's own value.
     let main = thread_nice(pid, "registry_export");
@@ -546,6 +529,30 @@ fn workers_run_at_the_nice_value_it_is_given() {
         main.iter().all(|(_, nice)| *nice == i64::from(own)),
         "{main:?}"
     );
+}
+
+/// Waits until field `n` of the pool threads of process `pid` (`registry-serve-`: the two
+/// workers and the stuck-job monitor), sorted, reads `want`; the workers set theirs as they
+/// start. Polls: the threads' start is not something the test can wait on otherwise.
+#[cfg(target_os = "linux")]
+fn until_pool_threads(pid: u32, n: usize, want: &[i64], what: &str) {
+    let pool_threads = || {
+        let mut values: Vec<i64> = thread_field(pid, "registry-serve-", n)
+            .into_iter()
+            .map(|(_, value)| value)
+            .collect();
+        values.sort_unstable();
+        values
+    };
+    let began = Instant::now();
+    while pool_threads() != want {
+        assert!(
+            began.elapsed() < PATIENCE,
+            "pool threads' {what}: {:?}, want {want:?}",
+            pool_threads()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// `SCHED_OTHER` and `SCHED_IDLE`, as the kernel numbers them in `stat`'s field 41.
@@ -568,23 +575,7 @@ fn workers_run_in_the_idle_class_unless_told_otherwise() {
         // As above: `registry-serve-` is both workers and the stuck-job monitor, which
         // stays in the process's class; the workers move as they start.
         let pid = exporter.child.id();
-        let pool_threads = || {
-            let mut class: Vec<i64> = thread_field(pid, "registry-serve-", 41)
-                .into_iter()
-                .map(|(_, class)| class)
-                .collect();
-            class.sort_unstable();
-            class
-        };
-        let began = Instant::now();
-        while pool_threads() != want {
-            assert!(
-                began.elapsed() < PATIENCE,
-                "{args:?}: pool threads in classes {:?}, want {want:?}",
-                pool_threads()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until_pool_threads(pid, 41, &want, &format!("classes with {args:?}"));
         let main = thread_field(pid, "registry_export", 41);
         assert!(!main.is_empty());
         assert!(

@@ -7,6 +7,8 @@ use super::builder::PoolBuilder;
 use super::core::Core;
 use super::monitor::{self, Watched};
 use crate::sync::contain;
+#[cfg(target_os = "linux")]
+use crate::sync::log_contained;
 
 /// Builds the shared state of the pool `builder` describes and starts its threads: one
 /// worker per slot, and the stuck-job monitor unless it is turned off.
@@ -71,7 +73,10 @@ fn lower_priority(nice: u8) {
     if let Err(err) = setpriority_process(None, nice) {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("a pool worker");
-        log::warn!("{name}: cannot set nice value {nice}, running on at the inherited one: {err}");
+        log_contained!(
+            warn,
+            "{name}: cannot set nice value {nice}, running on at the inherited one: {err}"
+        );
     }
 }
 
@@ -98,7 +103,8 @@ fn enter_idle_class() {
     if thread_schedule_policy().ok() != Some(idle) {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("a pool worker");
-        log::warn!(
+        log_contained!(
+            warn,
             "{name}: cannot enter the idle scheduling class, running on in its own: {result:?}"
         );
     }
@@ -111,7 +117,7 @@ fn enter_idle_class() {
                 // privilege): the worker then runs at 0, still not above its builder.
                 let thread = std::thread::current();
                 let name = thread.name().unwrap_or("a pool worker");
-                log::warn!("{name}: cannot restore nice value {inherited}: {err}");
+                log_contained!(warn, "{name}: cannot restore nice value {inherited}: {err}");
             }
         }
     }
