@@ -5,8 +5,9 @@
 //! [`serve_child`]) so that its peak RSS is its own and no walk of an earlier run is still
 //! going. The load is either a *burst* (connections opened first, then one `GET /metrics`
 //! on each at once) or *sustained* (open loop: a new connection and scrape every `1/rate`
-//! seconds, whatever the answers). A prober sends `GET /healthz` on a fresh connection
-//! every 10 ms from the first scrape to the last answer: its latency is the loop's.
+//! seconds, whatever the answers). A prober on a thread of its own sends `GET /healthz` on a
+//! fresh connection every 10 ms from the start of the load to its last answer: its latency
+//! is the loop's. A burst starts once the server has accepted its connections.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
