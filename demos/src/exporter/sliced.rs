@@ -139,18 +139,15 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let (mut slices, mut pending) = (Vec::new(), 0);
         loop {
-            let mut poll =
-                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
             let polled = if in_turns {
-                match Pin::new(&mut Turns(&mut poll)).poll(&mut cx) {
+                let mut turn =
+                    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
+                match Pin::new(&mut Turns(&mut turn)).poll(&mut cx) {
                     Poll::Ready(polled) => polled,
                     Poll::Pending => unreachable!("poll_fn is always ready"),
                 }
             } else {
-                match Pin::new(&mut poll).poll(&mut cx) {
-                    Poll::Ready(polled) => polled,
-                    Poll::Pending => unreachable!("poll_fn is always ready"),
-                }
+                Pin::new(&mut body).poll_frame(&mut cx)
             };
             match polled {
                 Poll::Ready(Some(Ok(frame))) => {
