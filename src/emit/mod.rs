@@ -114,6 +114,21 @@ pub(crate) const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_
 /// Label naming the [`Refresh`](crate::refresh::Refresh) cache a series belongs to.
 pub(crate) const LABEL_CACHE: &str = "cache";
 
+/// Counter: values of a timeout header that were not a timeout, ignored by
+/// [`header::request_deadline`](crate::header::request_deadline) and
+/// [`header::scrape_deadline`](crate::header::scrape_deadline). Label `header`, one of the
+/// three timeout headers' lowercase names.
+pub(crate) const IGNORED_BUDGET_HEADERS_TOTAL: &str = "loopguard_ignored_budget_headers_total";
+
+/// Label naming the request header a series counts.
+pub(crate) const LABEL_HEADER: &str = "header";
+
+/// Counter: retries a [`RetryBudget`](crate::retry::RetryBudget) refused. Label `budget`.
+pub(crate) const RETRY_BUDGET_REFUSED_TOTAL: &str = "loopguard_retry_budget_refused_total";
+
+/// Label naming the retry budget a series belongs to.
+pub(crate) const LABEL_BUDGET: &str = "budget";
+
 /// The `outcome` label values of [`REFRESH_RUNS_TOTAL`].
 pub(crate) const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
 
@@ -221,6 +236,12 @@ pub(crate) fn help(name: &str) -> &'static str {
         REFRESH_EXPIRED_WAITS_TOTAL => {
             "Calls of a refresh cache whose deadline ended before a value was ready."
         }
+        IGNORED_BUDGET_HEADERS_TOTAL => {
+            "Values of a timeout header that were not a timeout, ignored for the budget."
+        }
+        RETRY_BUDGET_REFUSED_TOTAL => {
+            "Retries a retry budget refused: the call ended with its last failure."
+        }
         _ => "",
     }
 }
@@ -272,6 +293,16 @@ fn describe_all() {
         REFRESH_EXPIRED_WAITS_TOTAL,
         Unit::Count,
         help(REFRESH_EXPIRED_WAITS_TOTAL)
+    );
+    describe_counter!(
+        IGNORED_BUDGET_HEADERS_TOTAL,
+        Unit::Count,
+        help(IGNORED_BUDGET_HEADERS_TOTAL)
+    );
+    describe_counter!(
+        RETRY_BUDGET_REFUSED_TOTAL,
+        Unit::Count,
+        help(RETRY_BUDGET_REFUSED_TOTAL)
     );
 }
 
@@ -434,6 +465,8 @@ mod tests {
             REFRESH_HITS_TOTAL,
             REFRESH_JOINS_TOTAL,
             REFRESH_EXPIRED_WAITS_TOTAL,
+            IGNORED_BUDGET_HEADERS_TOTAL,
+            RETRY_BUDGET_REFUSED_TOTAL,
         ] {
             assert!(!help(name).is_empty(), "{name} has no help");
         }
