@@ -118,8 +118,8 @@ struct Inner {
     ledger: Ledger,
     /// Epoch 0 starts here.
     start: Instant,
-    /// Nanoseconds per window.
-    window: u128,
+    /// Nanoseconds per window (at most 360 s: it fits, and so do the divisions).
+    window: u64,
     ttl: Duration,
     min_per_sec: u32,
     retry_ratio: f64,
@@ -175,7 +175,9 @@ impl RetryBudget {
             inner: Arc::new(Inner {
                 ledger: Ledger::new(deposit, UNITS, reserve),
                 start: Instant::now(),
-                window: (ttl.as_nanos() / WINDOWS as u128).max(1),
+                window: u64::try_from(ttl.as_nanos() / WINDOWS as u128)
+                    .unwrap_or(u64::MAX)
+                    .max(1),
                 ttl,
                 min_per_sec,
                 retry_ratio,
@@ -334,8 +336,14 @@ impl RetryBudget {
 impl Inner {
     /// The window `now` falls in (a clock read before `start` is in window 0).
     fn epoch(&self, now: Instant) -> u64 {
-        let nanos = now.saturating_duration_since(self.start).as_nanos();
-        u64::try_from(nanos / self.window).unwrap_or(u64::MAX)
+        // In u64 (584 years of nanoseconds): a u128 division costs as much as the rest of
+        // a deposit.
+        let since = now.saturating_duration_since(self.start);
+        let nanos = since
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(since.subsec_nanos()));
+        nanos / self.window
     }
 
     fn series(&self) -> &Series {

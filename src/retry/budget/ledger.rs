@@ -43,8 +43,16 @@ pub(crate) struct Ledger {
     head: AtomicI64,
     /// The epoch of the open window; only moves forward, under `closed`.
     head_epoch: AtomicU64,
-    /// The closed windows, `(epoch, net units)`, at `epoch % WINDOWS`.
-    closed: Mutex<[(u64, i64); WINDOWS]>,
+    /// The closed windows.
+    closed: Mutex<Closed>,
+}
+
+/// The closed windows, `(epoch, net units)` at `epoch % WINDOWS`, and the sum of those
+/// still live (kept at each closing, so a withdrawal adds three numbers, not eleven).
+#[derive(Debug)]
+struct Closed {
+    windows: [(u64, i64); WINDOWS],
+    live: i128,
 }
 
 /// Locks `mutex`, recovering from poison (nothing in a critical section here can panic, so
@@ -64,7 +72,10 @@ impl Ledger {
             reserve,
             head: AtomicI64::new(0),
             head_epoch: AtomicU64::new(0),
-            closed: Mutex::new([EMPTY; WINDOWS]),
+            closed: Mutex::new(Closed {
+                windows: [EMPTY; WINDOWS],
+                live: 0,
+            }),
         }
     }
 
@@ -101,7 +112,7 @@ impl Ledger {
 
     /// Closes the open window if `epoch` is past it: its units move to its slot (the one of
     /// the window `WINDOWS` before it, which has expired), and the open window is `epoch`.
-    fn close(&self, closed: &mut [(u64, i64); WINDOWS], epoch: u64) {
+    fn close(&self, closed: &mut Closed, epoch: u64) {
         let open = self.head_epoch.load(Ordering::Relaxed);
         if epoch <= open {
             return;
@@ -109,20 +120,20 @@ impl Ledger {
         // A swap, so a deposit that lands while this runs is in the old window or the new
         // one, never in neither.
         let units = self.head.swap(0, Ordering::AcqRel);
-        closed[slot(open)] = (open, units);
+        closed.windows[slot(open)] = (open, units);
+        // Live: the `WINDOWS` epochs before the open one.
+        closed.live = closed
+            .windows
+            .iter()
+            .filter(|(e, _)| *e < epoch && epoch - *e <= WINDOWS as u64)
+            .map(|(_, units)| i128::from(*units))
+            .sum();
         self.head_epoch.store(epoch, Ordering::Release);
     }
 
-    /// The reserve, the open window and the closed windows still live: those of the
-    /// `WINDOWS` epochs before the open one.
-    fn balance(&self, closed: &[(u64, i64); WINDOWS]) -> i128 {
-        let open = self.head_epoch.load(Ordering::Relaxed);
-        let live = closed
-            .iter()
-            .filter(|(epoch, _)| *epoch < open && open - *epoch <= WINDOWS as u64)
-            .map(|(_, units)| i128::from(*units))
-            .sum::<i128>();
-        i128::from(self.reserve) + i128::from(self.head.load(Ordering::Acquire)) + live
+    /// The reserve, the open window and the closed windows still live.
+    fn balance(&self, closed: &Closed) -> i128 {
+        i128::from(self.reserve) + i128::from(self.head.load(Ordering::Acquire)) + closed.live
     }
 }
 
