@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --release --example retry_budget -- [--json] [--callers 200] [--attempts 3]
 //!     [--outage-ms 10000] [--recovery-ms 3000] [--healthy-ms 0] [--call-budget-ms 2000]
-//!     [--backoff-ms 10,20] [--min-per-sec 1,100] [--ttl-ms 10000] [--ratio 0.1]
+//!     [--think-ms 0] [--backoff-ms 10,20] [--min-per-sec 1,100] [--ttl-ms 10000]
+//!     [--ratio 0.1]
 //! ```
 //!
 //! The dependency is a real HTTP/1.1 server on loopback (its own thread) that answers 503
@@ -12,7 +13,7 @@
 //! service first, 0 by default: the outage starts with the run). `--callers` tasks on one
 //! smol thread each call it one call after another (a closed loop, no think time) through
 //! `Retry` with `--attempts` attempts, a `--backoff-ms` fixed backoff with equal jitter and
-//! a `--call-budget-ms` deadline per call. The run is made once without a budget, then once
+//! a `--call-budget-ms` deadline per call (`--think-ms` pauses a caller after each call). The run is made once without a budget, then once
 //! per `--min-per-sec` value with `RetryBudget::new(--ttl-ms, min_per_sec, --ratio)` shared
 //! by every caller, each against a fresh server.
 //!
@@ -30,8 +31,8 @@ use loopguard_demos::cli::{Args, fail, list};
 use loopguard_demos::outage::{BudgetSettings, Report, Scenario, run_all};
 
 const USAGE: &str = "retry_budget [--json] [--callers 200] [--attempts 3] [--outage-ms 10000] \
-[--recovery-ms 3000] [--healthy-ms 0] [--call-budget-ms 2000] [--backoff-ms 10,20] \
-[--min-per-sec 1,100] [--ttl-ms 10000] [--ratio 0.1]";
+[--recovery-ms 3000] [--healthy-ms 0] [--call-budget-ms 2000] [--think-ms 0] \
+[--backoff-ms 10,20] [--min-per-sec 1,100] [--ttl-ms 10000] [--ratio 0.1]";
 
 struct Options {
     json: bool,
@@ -55,6 +56,7 @@ fn parse() -> Result<Options, String> {
             outage: ms(10_000),
             recovery: ms(3_000),
             call_budget: ms(2_000),
+            think: Duration::ZERO,
             backoff: Backoff::fixed([ms(10), ms(20)]).with_jitter(),
         },
         min_per_sec: vec![1, 100],
@@ -73,6 +75,7 @@ fn parse() -> Result<Options, String> {
             "--recovery-ms" => s.recovery = ms(args.value(&flag, inline)?),
             "--healthy-ms" => s.healthy = ms(args.value(&flag, inline)?),
             "--call-budget-ms" => s.call_budget = ms(args.value(&flag, inline)?),
+            "--think-ms" => s.think = ms(args.value(&flag, inline)?),
             "--backoff-ms" => {
                 let raw: String = args.value(&flag, inline)?;
                 let pauses: Vec<u64> = list(&flag, &raw)?;
@@ -152,13 +155,14 @@ fn json(o: &Options, reports: &[Report]) -> String {
         .collect();
     let s = &o.scenario;
     format!(
-        r#"{{"callers":{},"attempts":{},"healthy_ms":{},"outage_ms":{},"recovery_ms":{},"call_budget_ms":{},"runs":[{}]}}"#,
+        r#"{{"callers":{},"attempts":{},"healthy_ms":{},"outage_ms":{},"recovery_ms":{},"call_budget_ms":{},"think_ms":{},"runs":[{}]}}"#,
         s.callers,
         s.attempts,
         s.healthy.as_millis(),
         s.outage.as_millis(),
         s.recovery.as_millis(),
         s.call_budget.as_millis(),
+        s.think.as_millis(),
         runs.join(",")
     )
 }

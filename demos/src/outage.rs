@@ -39,6 +39,8 @@ pub struct Scenario {
     pub recovery: Duration,
     /// Each call's deadline.
     pub call_budget: Duration,
+    /// A caller's pause after each call (zero: one call right after another).
+    pub think: Duration,
     /// The pauses between attempts.
     pub backoff: Backoff,
 }
@@ -206,8 +208,12 @@ pub fn run(scenario: &Scenario, budget: Option<BudgetSettings>) -> Report {
                 ex: ex.clone(),
                 sender: Rc::new(RefCell::new(None)),
             };
-            let call_budget = scenario.call_budget;
-            ex.spawn(caller(target, policy, script, end, call_budget, attempts))
+            let pace = Pace {
+                end,
+                call_budget: scenario.call_budget,
+                think: scenario.think,
+            };
+            ex.spawn(caller(target, policy, script, pace, attempts))
         })
         .collect();
     let results: Vec<CallerLog> = smol::block_on(ex.run(async {
@@ -282,13 +288,19 @@ struct Target {
     sender: Rc<RefCell<Option<Sender>>>,
 }
 
-/// One caller: calls one after another until `end`, on a connection of its own.
+/// How a caller calls: until `end`, each call within `call_budget`, `think` after each.
+struct Pace {
+    end: Instant,
+    call_budget: Duration,
+    think: Duration,
+}
+
+/// One caller: calls one after another until the end, on a connection of its own.
 async fn caller(
     target: Target,
     policy: Retry<impl loopguard::retry::ShouldRetry<Failure> + Clone>,
     script: Arc<Script>,
-    end: Instant,
-    call_budget: Duration,
+    pace: Pace,
     attempts: usize,
 ) -> CallerLog {
     let mut log = CallerLog {
@@ -301,11 +313,13 @@ async fn caller(
     // Everyone starts with the script.
     smol::Timer::at(script.start).await;
     let target = Rc::new(target);
-    while Instant::now() < end {
+    while Instant::now() < pace.end {
         let started = Instant::now();
         let period = script.period(started);
         let result = policy
-            .run(Deadline::after(call_budget), |n| attempt(target.clone(), n))
+            .run(Deadline::after(pace.call_budget), |n| {
+                attempt(target.clone(), n)
+            })
             .await;
         let calls = &mut log.calls[period];
         let made = match &result {
@@ -328,6 +342,9 @@ async fn caller(
             Err(RetryError::BudgetExhausted { .. }) => calls.budget_exhausted += 1,
             Err(RetryError::Deadline { .. }) => calls.deadline += 1,
             Err(_) => {}
+        }
+        if !pace.think.is_zero() {
+            smol::Timer::after(pace.think).await;
         }
     }
     log

@@ -22,6 +22,7 @@ fn a_budget_keeps_an_outage_from_being_multiplied() {
         outage: ms(1_500),
         recovery: ms(1_000),
         call_budget: ms(2_000),
+        think: Duration::ZERO,
         backoff: Backoff::fixed([ms(2), ms(4)]).with_jitter(),
     };
     let budget = BudgetSettings {
