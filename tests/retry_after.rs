@@ -6,9 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{SLACK, assert_elapsed_near};
+use common::{SLACK, assert_elapsed_near, bounded};
 use loopguard::deadline::Deadline;
-use loopguard::retry::{AttemptError, Backoff, Decision, Retry, RetryError, ShouldRetry};
+use loopguard::retry::{
+    AttemptError, Backoff, BoxedRule, Decision, Retry, RetryError, ShouldRetry,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -174,6 +176,17 @@ on_every_executor! {
         assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
         assert!(start.elapsed() < ms(500));
 
+        // Boxed, the rule still gives its hint (and its verdict).
+        let boxed: Retry<BoxedRule<Refused>> = Retry::new().attempts(3).unwrap().retry_if_rule(OwnRule).boxed();
+        let start = Instant::now();
+        let error = refused(Some(Duration::from_secs(60)));
+        let (result, _) = run_with(&boxed, Deadline::after(Duration::from_secs(1)), vec![error]).await;
+        assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
+        assert!(start.elapsed() < ms(500));
+        let fatal = Refused { retry_after: None, retryable: false };
+        let (result, _) = run_with(&boxed, Deadline::never(), vec![fatal.clone()]).await;
+        assert_eq!(result, Err(RetryError::NotRetryable { attempts: 1, error: fatal }));
+
         // A closure rule has no hint: the (empty) backoff decides, and the retry succeeds.
         let closure = Retry::new().attempts(3).unwrap().retry_if(|e: &Refused| e.retryable);
         let error = refused(Some(Duration::from_secs(60)));
@@ -194,7 +207,9 @@ on_every_executor! {
         for hint in [Duration::from_secs(61), date.unwrap(), Duration::MAX] {
             let start = Instant::now();
             let error = refused(Some(hint));
-            let (result, starts) = run_with(&policy, Deadline::never(), vec![error.clone()]).await;
+            // Bounded: a hint slept in full would never end.
+            let run = run_with(&policy, Deadline::never(), vec![error.clone()]);
+            let (result, starts) = bounded(Duration::from_secs(5), run).await;
             assert_eq!(result, Err(RetryError::NotRetryable { attempts: 1, error }));
             assert_eq!(starts.len(), 1);
             assert!(start.elapsed() < SLACK, "waited {:?}", start.elapsed());

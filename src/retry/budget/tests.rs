@@ -140,6 +140,10 @@ fn names_are_checked_and_fixed_at_first_use() {
     used.deposit();
     let err = used.named("late").unwrap_err();
     assert!(err.to_string().contains("\"default\""), "{err}");
+    // Given to a policy, a budget's name is fixed too.
+    let shared = budget(Duration::from_secs(10), 1, 0.1);
+    let _policy = crate::retry::Retry::new().budget(shared.clone());
+    assert!(shared.named("late").is_err());
     let named = b.named("catalog").unwrap();
     assert!(format!("{named:?}").contains("\"catalog\""));
     assert!(named.clone().named("twice").is_err());
