@@ -348,14 +348,7 @@ impl<P> Retry<P> {
     /// # let _ = policy;
     /// ```
     pub fn retry_if_rule<R>(self, rule: R) -> Retry<R> {
-        Retry {
-            attempts: self.attempts,
-            backoff: self.backoff,
-            attempt_timeout: self.attempt_timeout,
-            max_retry_after: self.max_retry_after,
-            budget: self.budget,
-            retry_if: rule,
-        }
+        self.map_rule(|_| rule)
     }
 
     /// The same policy with its rule behind a [`BoxedRule`]: a type a struct can name
@@ -368,14 +361,18 @@ impl<P> Retry<P> {
     where
         P: ShouldRetry<E> + Send + Sync + 'static,
     {
-        let rule = BoxedRule::new(self.retry_if);
+        self.map_rule(BoxedRule::new)
+    }
+
+    /// The same policy with the rule `change` makes of this one's.
+    fn map_rule<R>(self, change: impl FnOnce(P) -> R) -> Retry<R> {
         Retry {
             attempts: self.attempts,
             backoff: self.backoff,
             attempt_timeout: self.attempt_timeout,
             max_retry_after: self.max_retry_after,
             budget: self.budget,
-            retry_if: rule,
+            retry_if: change(self.retry_if),
         }
     }
 
