@@ -62,6 +62,7 @@
 //! | a scaling signal that sees bursts between scrapes | [`Pool::demand`](pool::Pool::demand), [`demand::Demand`] |
 //! | one caller per key (tenant, target), others unaffected | [`keyed::KeyedGate`] |
 //! | one duration observation per operation, cancelled ones too | [`operation::Operation`] |
+//! | how late the loop runs, and which task held it | [`lag::LoopLag`] |
 //! | admission for a hyper or axum service without tokio | `tower::AdmissionLayer` (feature `tower`) |
 //! | help text and units for the series | [`telemetry::describe_metrics`] |
 //!
@@ -134,6 +135,7 @@ pub mod deadline;
 pub mod demand;
 pub mod header;
 pub mod keyed;
+pub mod lag;
 pub mod operation;
 pub mod orphan;
 pub mod pool;
