@@ -1,8 +1,8 @@
 //! What the loop's own measurement costs in heap allocations, counted by a global allocator
-//! in this test binary of its own: none in the probe's polls once it runs (its timer is
-//! re-armed, never rebuilt; its window was allocated when the `LoopLag` was built), none
-//! in the polls of an instrumented future (slow or not, with no logger listening), and none
-//! in `instrument` for a task already known. What async-io's reactor allocates when it
+//! in this test binary of its own: none in the probe's polls once it runs (its window of
+//! samples was allocated when the `LoopLag` was built), none in the polls of an
+//! instrumented future (slow or not, with no logger listening), and none in `instrument`
+//! for a task already known. What async-io's reactor allocates when it
 //! fires the timer is async-io's and is printed, not asserted.
 //!
 //! The crate forbids `unsafe`; a test binary is a crate of its own, and a counting allocator

@@ -116,6 +116,13 @@ on_every_executor! {
         let age = stats.since_last_sample.expect("samples were taken");
         assert!(age < Duration::from_secs(5), "{stats:?}");
         assert_eq!(stats.slow_polls, 0);
+
+        // Lateness, not the time between wake-ups (Node's figure, resolution included): at a
+        // coarse resolution an idle loop reads far under it.
+        let coarse = Duration::from_millis(50);
+        let lag = LoopLag::builder(&unique("idle-coarse")).resolution(coarse).build().unwrap();
+        let stats = with_probe(&lag, until_samples(&lag, 6)).await;
+        assert!(stats.p50 < coarse / 2, "idle at {coarse:?}: {stats:?}");
     }
 }
 
@@ -123,18 +130,20 @@ on_every_executor! {
     async fn a_slow_poll_is_counted_under_its_task_once_per_poll() {
         let lag = LoopLag::new(&unique("slow")).unwrap();
         assert_eq!(lag.slow_poll_threshold(), Duration::from_millis(50), "the default");
-        // Two polls over the default threshold, one under it; the other task stays under.
+        // Two polls over the default threshold and one under it, one over, none over.
         let render = lag.instrument("render", holds(&[80, 0, 80]));
+        let status = lag.instrument("status", holds(&[0, 65]));
         let quick = lag.instrument("quick", holds(&[0, 20, 0, 5]));
-        assert_eq!(future::zip(render, quick).await, (3, 4));
+        assert_eq!(future::zip(future::zip(render, status), quick).await, ((3, 2), 4));
         assert_eq!(lag.slow_polls("render"), 2);
+        assert_eq!(lag.slow_polls("status"), 1);
         assert_eq!(lag.slow_polls("quick"), 0);
         assert_eq!(lag.slow_polls("never-instrumented"), 0);
         // Two futures of one task count together.
         let again = lag.instrument("render", holds(&[70]));
         assert_eq!(again.await, 1);
         assert_eq!(lag.slow_polls("render"), 3);
-        assert_eq!(lag.stats().slow_polls, 3);
+        assert_eq!(lag.stats().slow_polls, 4);
     }
 }
 
@@ -228,6 +237,11 @@ fn the_window_slides_past_an_old_stall() {
         // At most one sample per resolution fits in the window.
         assert!(later.samples <= 11, "{later:?}");
     }));
+    // With the probe gone, its samples age out of the window by time alone.
+    future::block_on(Timer::after(2 * window));
+    let aged = lag.stats();
+    assert_eq!((aged.samples, aged.max), (0, Duration::ZERO), "{aged:?}");
+    assert!(aged.since_last_sample.unwrap() >= 2 * window, "{aged:?}");
 }
 
 #[test]

@@ -16,7 +16,8 @@ use super::state::Shared;
 /// It sleeps one resolution on an async-io timer, records how late it was polled after
 /// the timer was due, and sleeps again, from the instant it recorded. It never completes;
 /// dropping it (or cancelling the task that runs it) stops it and deregisters its timer.
-/// Each tick re-arms the same timer: no allocation per tick.
+/// No allocation per tick: the window of samples is allocated when the `LoopLag` is built,
+/// and each tick re-arms the same timer.
 ///
 /// # Cancel safety
 ///
