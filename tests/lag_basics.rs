@@ -2,7 +2,7 @@
 //! that time less one resolution (the documented bound) and not much more; an idle loop
 //! reads under a few resolutions; the window slides; a slow poll is counted under the task
 //! that made it, once per poll; a dropped probe takes no more samples, in-task or spawned;
-//! and every configuration input is validated.
+//! and invalid configurations are refused (any input: `tests/api_inputs.rs`).
 //!
 //! The probe runs in the same task as the work it measures (`future::or`), so the test
 //! works under a plain `block_on` too; spawned probes are tested on smol and a
@@ -21,7 +21,6 @@ use async_io::Timer;
 use common::bounded;
 use futures_lite::future;
 use loopguard::lag::{LagStats, LoopLag};
-use proptest::prelude::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 /// The default resolution, which these tests use unless they say otherwise.
@@ -147,6 +146,20 @@ on_every_executor! {
     }
 }
 
+/// Checks that `lag`'s probe, stopped just now, takes no more samples while the loop is
+/// free for ten resolutions.
+async fn stays_stopped(lag: &LoopLag) {
+    let taken = lag.stats().samples;
+    // A live probe would take about ten samples meanwhile.
+    Timer::after(10 * RESOLUTION).await;
+    let stats = lag.stats();
+    assert_eq!(stats.samples, taken, "{stats:?}");
+    assert!(
+        stats.since_last_sample.unwrap() >= 10 * RESOLUTION,
+        "{stats:?}"
+    );
+}
+
 on_every_executor! {
     async fn a_dropped_probe_takes_no_more_samples() {
         let lag = LoopLag::new(&unique("dropped")).unwrap();
@@ -157,12 +170,7 @@ on_every_executor! {
         }))
         .await;
         drop(probe);
-        let taken = lag.stats().samples;
-        // Ten resolutions with the loop free: a live probe would take about ten samples.
-        Timer::after(10 * RESOLUTION).await;
-        let stats = lag.stats();
-        assert_eq!(stats.samples, taken, "{stats:?}");
-        assert!(stats.since_last_sample.unwrap() >= 10 * RESOLUTION, "{stats:?}");
+        stays_stopped(&lag).await;
     }
 }
 
@@ -173,9 +181,7 @@ fn a_probe_spawned_on_smol_stops_when_its_task_is_dropped() {
         let task = smol::spawn(lag.probe());
         bounded(LIMIT, until_samples(&lag, 3)).await;
         drop(task);
-        let taken = lag.stats().samples;
-        Timer::after(10 * RESOLUTION).await;
-        assert_eq!(lag.stats().samples, taken);
+        stays_stopped(&lag).await;
     });
 }
 
@@ -187,9 +193,7 @@ fn a_probe_spawned_on_a_local_executor_stops_when_its_task_is_dropped() {
         let task = ex.spawn(lag.probe());
         bounded(LIMIT, until_samples(&lag, 3)).await;
         drop(task);
-        let taken = lag.stats().samples;
-        Timer::after(10 * RESOLUTION).await;
-        assert_eq!(lag.stats().samples, taken);
+        stays_stopped(&lag).await;
     }));
 }
 
@@ -206,9 +210,7 @@ fn a_probe_spawned_on_tokio_current_thread_stops_when_aborted() {
         bounded(LIMIT, until_samples(&lag, 3)).await;
         task.abort();
         let _ = task.await;
-        let taken = lag.stats().samples;
-        Timer::after(10 * RESOLUTION).await;
-        assert_eq!(lag.stats().samples, taken);
+        stays_stopped(&lag).await;
     });
 }
 
@@ -324,51 +326,4 @@ fn invalid_configurations_are_refused() {
     assert_eq!(lag.window(), ms(10));
     let defaults = LoopLag::new("x").unwrap();
     assert_eq!(defaults.window(), Duration::from_secs(60));
-}
-
-fn duration() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::MAX),
-        (0u64..1_000_000_000).prop_map(Duration::from_nanos),
-        (0u64..10_000_000).prop_map(Duration::from_millis),
-        (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
-    ]
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
-
-    /// Any input: a `LoopLag` exactly as asked, or `InvalidInput`; never a panic or a clamp.
-    #[test]
-    fn builder_any_input(name in ".{0,8}", resolution in duration(), threshold in duration(),
-                         window in duration(), interval in duration()) {
-        let built = LoopLag::builder(&name)
-            .resolution(resolution)
-            .slow_poll_threshold(threshold)
-            .window(window)
-            .report_interval(interval)
-            .build();
-        let valid = !name.is_empty()
-            && !name.contains('\0')
-            && !resolution.is_zero()
-            && resolution <= Duration::from_secs(3600)
-            && !threshold.is_zero()
-            && (1..=100_000).contains(&(window.as_nanos() / resolution.as_nanos().max(1)));
-        match built {
-            Ok(lag) => {
-                prop_assert!(valid);
-                prop_assert_eq!(lag.name(), name.as_str());
-                prop_assert_eq!(lag.resolution(), resolution);
-                prop_assert_eq!(lag.slow_poll_threshold(), threshold);
-                prop_assert_eq!(lag.window(), window);
-                let stats = lag.stats();
-                prop_assert_eq!(stats.samples, 0);
-            }
-            Err(err) => {
-                prop_assert!(!valid, "refused a valid configuration: {}", err);
-                prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-            }
-        }
-    }
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use async_io::Timer;
 use common::bounded;
+use common::exposition::{Samples, assert_same_samples, helps, samples, types};
 use futures_lite::future::{self, block_on};
 use loopguard::lag::LoopLag;
 use loopguard::telemetry::{Collector, DURATION_BUCKETS};
@@ -23,55 +24,6 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use prometheus_client::registry::Registry;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// A sample line's series: its name and its labels, `le` as a number.
-fn series(line: &str) -> (String, BTreeSet<(String, String)>) {
-    let (name, labels) = match line.split_once('{') {
-        Some((name, rest)) => (name, rest.rsplit_once('}').unwrap().0),
-        None => (line.split_once(' ').unwrap().0, ""),
-    };
-    let labels = labels
-        .split(',')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap();
-            let value = value.trim_matches('"');
-            let value = match key {
-                "le" if value == "+Inf" => "inf".to_string(),
-                "le" => value.parse::<f64>().unwrap().to_string(),
-                _ => value.to_string(),
-            };
-            (key.to_string(), value)
-        })
-        .collect();
-    (name.to_string(), labels)
-}
-
-type Samples = BTreeMap<(String, BTreeSet<(String, String)>), f64>;
-
-/// Every `loopguard_loop_` sample of the loop `name`.
-fn samples(text: &str, name: &str) -> Samples {
-    let label = ("loop".to_string(), name.to_string());
-    text.lines()
-        .filter(|line| line.starts_with("loopguard_loop_"))
-        .map(|line| {
-            let value = line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap();
-            (series(line), value)
-        })
-        .filter(|((_, labels), _)| labels.contains(&label))
-        .collect()
-}
-
-/// `# HELP` and `# TYPE` lines of the `loopguard_loop_` families (`_total` stripped, as
-/// OpenMetrics names a counter family).
-fn meta(text: &str) -> BTreeSet<String> {
-    text.lines()
-        .filter(|l| {
-            l.starts_with("# HELP loopguard_loop_") || l.starts_with("# TYPE loopguard_loop_")
-        })
-        .map(|l| l.replacen("_total ", " ", 1))
-        .collect()
-}
 
 fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
     let key = (
@@ -120,7 +72,7 @@ fn the_loop_series_are_the_same_through_the_facade_and_the_collector() {
     let text = facade.render();
     assert_eq!(
         value(
-            &samples(&text, "main"),
+            &samples(&text, "loop", "main"),
             "loopguard_loop_slow_polls_total",
             &[("loop", "main"), ("task", "quick")]
         ),
@@ -155,27 +107,20 @@ fn the_loop_series_are_the_same_through_the_facade_and_the_collector() {
     let mut ours = String::new();
     prometheus_client::encoding::text::encode(&mut ours, &registry).unwrap();
 
-    let (theirs, mine) = (samples(&facade_text, "main"), samples(&ours, "main"));
-    assert_eq!(
-        theirs.keys().collect::<Vec<_>>(),
-        mine.keys().collect::<Vec<_>>(),
-        "facade:\n{facade_text}\nprometheus-client:\n{ours}"
+    let (theirs, mine) = (
+        samples(&facade_text, "loop", "main"),
+        samples(&ours, "loop", "main"),
     );
-    for (key, theirs) in &theirs {
-        let mine = mine[key];
-        let close = if key.0.ends_with("_sum") {
-            (mine - theirs).abs() < 1e-6
-        } else {
-            mine == *theirs
-        };
-        assert!(close, "{key:?}: facade {theirs}, prometheus-client {mine}");
-    }
-    assert_eq!(meta(&facade_text), meta(&ours));
-    assert_eq!(
-        meta(&ours).len(),
-        4,
-        "help and type of both families: {ours}"
-    );
+    assert_same_samples(&theirs, &mine, (&facade_text, &ours));
+    assert_eq!(helps(&facade_text), helps(&ours));
+    assert_eq!(types(&facade_text), types(&ours));
+    let loop_families = |set: BTreeSet<(String, String)>| {
+        set.into_iter()
+            .filter(|(name, _)| name.starts_with("loopguard_loop_"))
+            .count()
+    };
+    assert_eq!(loop_families(helps(&ours)), 2, "{ours}");
+    assert_eq!(loop_families(types(&ours)), 2, "{ours}");
 
     // The values are what happened.
     let lag_count = value(
