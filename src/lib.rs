@@ -106,7 +106,7 @@
 //! | an output's `Drop`, when nobody takes it or it is refused as late | a worker thread or the dropping thread | contained |
 //! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
 //! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
-//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; deliveries and wake-ups come first |
+//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; the job's outcome is stored first, and its caller is woken after |
 //! | the logger, for a slow poll's line ([`lag::LoopLag::instrument`]) | the polling thread, after the count | contained: that line is lost, the poll still counted |
 //! | an instrumented future's `poll` ([`lag::TimedPolls`]) | your task | the panic is yours; that poll is not timed |
 //! | a `Waker` loopguard stored: its `wake`, and the `Drop` of one it lets go | a worker thread, the releasing, closing or polling thread | contained, after the accounting and outside every lock: it may call back into the same pool, gate, cache or channel |
