@@ -61,7 +61,8 @@
 //! A stall of length `S` on the loop is read as one sample between `S - R` and `S` (plus the
 //! wake-up delay), `R` being the resolution: the stall may start up to one resolution
 //! before the probe's timer is due, and that part of it is not lateness. A sample `L` means
-//! the loop was held for at least `L`. Over a window with many stalls of the same length,
+//! nothing on the loop could run for at least `L` after the timer was due: a task held the
+//! loop, or the machine did not schedule its thread. Over a window with many stalls of the same length,
 //! starting at various points of the probe's cycle, the max approaches `S`. The
 //! instrumented futures have no such bound: each poll is timed with
 //! [`Instant`](std::time::Instant) on both sides.
