@@ -114,6 +114,20 @@ pub(crate) const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_
 /// Label naming the [`Refresh`](crate::refresh::Refresh) cache a series belongs to.
 pub(crate) const LABEL_CACHE: &str = "cache";
 
+/// Histogram: seconds a [`LoopLag`](crate::lag::LoopLag) probe woke after its timer was due,
+/// one observation per tick. Label `loop`.
+pub(crate) const LOOP_LAG_SECONDS: &str = "loopguard_loop_lag_seconds";
+
+/// Counter: polls of an instrumented future that held the loop longer than the slow-poll
+/// threshold. Labels `loop`, `task`.
+pub(crate) const LOOP_SLOW_POLLS_TOTAL: &str = "loopguard_loop_slow_polls_total";
+
+/// Label naming the loop a [`LoopLag`](crate::lag::LoopLag) measures.
+pub(crate) const LABEL_LOOP: &str = "loop";
+
+/// Label naming the task an instrumented future was given.
+pub(crate) const LABEL_TASK: &str = "task";
+
 /// The `outcome` label values of [`REFRESH_RUNS_TOTAL`].
 pub(crate) const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
 
@@ -221,6 +235,10 @@ pub(crate) fn help(name: &str) -> &'static str {
         REFRESH_EXPIRED_WAITS_TOTAL => {
             "Calls of a refresh cache whose deadline ended before a value was ready."
         }
+        LOOP_LAG_SECONDS => "Time the loop's lag probe woke after its timer was due.",
+        LOOP_SLOW_POLLS_TOTAL => {
+            "Polls of an instrumented task that held the loop past the slow-poll threshold."
+        }
         _ => "",
     }
 }
@@ -272,6 +290,12 @@ fn describe_all() {
         REFRESH_EXPIRED_WAITS_TOTAL,
         Unit::Count,
         help(REFRESH_EXPIRED_WAITS_TOTAL)
+    );
+    describe_histogram!(LOOP_LAG_SECONDS, Unit::Seconds, help(LOOP_LAG_SECONDS));
+    describe_counter!(
+        LOOP_SLOW_POLLS_TOTAL,
+        Unit::Count,
+        help(LOOP_SLOW_POLLS_TOTAL)
     );
 }
 
@@ -434,6 +458,8 @@ mod tests {
             REFRESH_HITS_TOTAL,
             REFRESH_JOINS_TOTAL,
             REFRESH_EXPIRED_WAITS_TOTAL,
+            LOOP_LAG_SECONDS,
+            LOOP_SLOW_POLLS_TOTAL,
         ] {
             assert!(!help(name).is_empty(), "{name} has no help");
         }
