@@ -96,11 +96,23 @@ impl<T> Handoff<T> {
     /// The runner's side: the work finished. Hands the outcome over, or reports it if the
     /// handle is gone. Never panics.
     pub(crate) fn deliver(&self, result: Result<T, Panicked>, elapsed: Duration) {
+        self.deliver_then(result, elapsed, || {});
+    }
+
+    /// [`deliver`](Handoff::deliver), calling `finished` (loopguard's own accounting) once
+    /// the outcome is stored and before the handle is woken, or once it was reported.
+    pub(crate) fn deliver_then(
+        &self,
+        result: Result<T, Panicked>,
+        elapsed: Duration,
+        finished: impl FnOnce(),
+    ) {
         let mut stage = lock(&self.stage);
         match std::mem::replace(&mut *stage, Stage::Taken) {
             Stage::Running(waker) => {
                 *stage = Stage::Ready(result, elapsed);
                 drop(stage);
+                finished();
                 if let Some(waker) = waker {
                     wake(waker);
                 }
@@ -108,26 +120,33 @@ impl<T> Handoff<T> {
             Stage::Orphaned => {
                 drop(stage);
                 self.report(result, elapsed);
+                finished();
             }
             // Delivered once only; a second outcome has nobody to go to.
             other @ (Stage::Ready(..) | Stage::Abandoned | Stage::Taken) => {
                 *stage = other;
                 drop(stage);
                 self.report(result, elapsed);
+                finished();
             }
         }
     }
 
-    /// The runner's side: it goes away without an outcome. Wakes the handle.
-    pub(crate) fn abandon(&self) {
+    /// The runner's side: it goes away without an outcome. Calls `finished` (loopguard's
+    /// own accounting) once the stage says so, then wakes the handle.
+    pub(crate) fn abandon(&self, finished: impl FnOnce()) {
         let mut stage = lock(&self.stage);
         if let Stage::Running(waker) = &mut *stage {
             let waker = waker.take();
             *stage = Stage::Abandoned;
             drop(stage);
+            finished();
             if let Some(waker) = waker {
                 wake(waker);
             }
+        } else {
+            drop(stage);
+            finished();
         }
     }
 
