@@ -19,6 +19,17 @@ use loopguard::shield::{Shield, ShieldError, ShieldWaitIdle};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// Awaits `fut`, panicking once `limit` has passed even if `fut` would be ready by then:
+/// a wait that is not woken fails instead of being rescued by the watchdog's own wake-up
+/// (`common::bounded` polls `fut` first, so a late poll there can still succeed).
+async fn promptly<F: Future>(limit: Duration, fut: F) -> F::Output {
+    let watchdog = async {
+        async_io::Timer::after(limit).await;
+        panic!("not woken within {limit:?}");
+    };
+    futures_lite::future::or(watchdog, fut).await
+}
+
 /// A shield whose handler records every report.
 fn recording(name: &str) -> (Shield, Arc<Mutex<Vec<Report>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -54,7 +65,7 @@ on_every_executor! {
         assert!(poll_once(&mut idle).await.is_none(), "work is in flight");
         assert!(format!("{idle:?}").contains("in_flight: 8"), "{idle:?}");
         gate.close();
-        bounded(LIMIT, idle).await;
+        promptly(LIMIT, idle).await;
 
         // Nothing left, and every failure reported by the time the wait resolved.
         assert_eq!(shield.in_flight(), 0);
@@ -69,14 +80,14 @@ on_every_executor! {
 on_every_executor! {
     async fn wait_idle_is_ready_at_once_when_nothing_is_in_flight_and_clones_share_the_count() {
         let (shield, _) = recording("idle");
-        bounded(LIMIT, shield.wait_idle()).await;
+        promptly(LIMIT, shield.wait_idle()).await;
         let clone = shield.clone();
         let (runner, handle) = clone.wrap(async { 5 });
         assert_eq!((shield.in_flight(), clone.in_flight()), (1, 1));
         let mut idle = Box::pin(shield.wait_idle());
         assert!(poll_once(&mut idle).await.is_none());
         runner.await;
-        bounded(LIMIT, idle).await;
+        promptly(LIMIT, idle).await;
         assert_eq!(handle.await, Ok(5));
         assert_eq!(shield.in_flight(), 0);
     }
@@ -90,7 +101,7 @@ on_every_executor! {
         let mut idle = Box::pin(shield.wait_idle());
         assert!(poll_once(&mut idle).await.is_none());
         drop(runner);
-        bounded(LIMIT, idle).await;
+        promptly(LIMIT, idle).await;
         assert_eq!(shield.in_flight(), 0);
         assert_eq!(bounded(LIMIT, handle).await, Err(ShieldError::RunnerDropped));
 
@@ -107,7 +118,7 @@ on_every_executor! {
         drop(other);
         assert_eq!(shield.in_flight(), 0);
         assert_eq!(bounded(LIMIT, handle).await, Err(ShieldError::RunnerDropped));
-        bounded(LIMIT, shield.wait_idle()).await;
+        promptly(LIMIT, shield.wait_idle()).await;
         assert!(seen.lock().unwrap().is_empty(), "cancelled work reports nothing");
     }
 }
@@ -236,7 +247,7 @@ fn drained_on_smol() {
             drop(shield.spawn(work, |runner| smol::spawn(runner).detach()));
         }
         gate.close();
-        bounded(LIMIT, shield.wait_idle()).await;
+        promptly(LIMIT, shield.wait_idle()).await;
     });
     assert_eq!(shield.in_flight(), 0);
     assert_eq!(seen.lock().unwrap().len(), WORK);
@@ -260,7 +271,7 @@ fn drained_on_a_local_executor() {
         }
         let idle = shield.wait_idle();
         gate.close();
-        bounded(LIMIT, idle).await;
+        promptly(LIMIT, idle).await;
     }));
     assert_eq!(shield.in_flight(), 0);
     assert_eq!(seen.lock().unwrap().len(), WORK);
