@@ -54,11 +54,11 @@ use crate::deadline::Deadline;
 use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::lock;
+use crate::sync::{drop_contained, lock};
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{CacheCore, Flight, run_async, run_blocking};
+use self::flight::{CacheCore, Flight, Shared, clone_out, copy_out, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -78,7 +78,7 @@ enum Source<T, E> {
 
 /// What one look at the state decided.
 enum Step<T, E> {
-    Hit(flight::Cached<T, E>),
+    Hit(Shared<T, E>),
     Join(u64),
     Start(u64),
 }
@@ -164,8 +164,8 @@ impl Refresh<(), ()> {
 
 impl<T, E> Refresh<T, E>
 where
-    T: Clone + Send + 'static,
-    E: Clone + Send + 'static,
+    T: Clone + Send + Sync + 'static,
+    E: Clone + Send + Sync + 'static,
 {
     /// A fresh value, or the outcome of a collection this call joins or starts, within
     /// `deadline`; see the [module docs](self) for the order of the steps.
@@ -241,14 +241,24 @@ where
                 age: started.elapsed(),
                 stale_because: None,
             }),
-            Err(err) => match &lock(&self.inner.core.state).success {
-                Some(done) => Ok(Served {
-                    value: done.value.clone(),
-                    age: done.started.elapsed(),
-                    stale_because: Some(err),
-                }),
-                None => Err(err),
-            },
+            Err(err) => {
+                let last = lock(&self.inner.core.state)
+                    .success
+                    .as_ref()
+                    .map(|done| (done.value.clone(), done.started));
+                let Some((value, started)) = last else {
+                    return Err(err);
+                };
+                // Copied after the lock; a `Clone` that panics leaves the caller its error.
+                match copy_out(flight::CLONE_VALUE, flight::DROP_VALUE, value) {
+                    Ok(value) => Ok(Served {
+                        value,
+                        age: started.elapsed(),
+                        stale_because: Some(err),
+                    }),
+                    Err(_) => Err(err),
+                }
+            }
         }
     }
 
@@ -299,10 +309,18 @@ where
     /// ```
     #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
-        let state = lock(&self.inner.core.state);
-        match state.cached_at(now, self.inner.ttl, self.inner.failure_ttl) {
-            Some(Ok((value, _))) => Some(value),
-            _ => None,
+        let cached = lock(&self.inner.core.state).cached_at(
+            now,
+            self.inner.ttl,
+            self.inner.failure_ttl,
+        );
+        // Copied (or let go) after the lock: the value's `Clone` and `Drop` are user code.
+        match cached? {
+            Ok((value, _)) => copy_out(flight::CLONE_VALUE, flight::DROP_VALUE, value).ok(),
+            Err(failure) => {
+                drop_contained(flight::DROP_ERROR, failure);
+                None
+            }
         }
     }
 
@@ -321,9 +339,14 @@ where
             let step = {
                 let mut state = lock(&core.state);
                 let now = Instant::now();
-                match state.cached_at(now, inner.ttl, inner.failure_ttl) {
-                    Some(outcome) if !force => Step::Hit(outcome),
-                    _ => match state.in_flight {
+                let cached = if force {
+                    None
+                } else {
+                    state.cached_at(now, inner.ttl, inner.failure_ttl)
+                };
+                match cached {
+                    Some(outcome) => Step::Hit(outcome),
+                    None => match state.in_flight {
                         Some(generation) => Step::Join(generation),
                         None => {
                             let generation = state.next_gen;
@@ -337,7 +360,7 @@ where
             let generation = match step {
                 Step::Hit(outcome) => {
                     core.counters.hits.bump();
-                    return outcome.map_err(RefreshError::from);
+                    return clone_out(outcome);
                 }
                 Step::Start(generation) => return self.start(generation, deadline).await,
                 Step::Join(generation) => {
@@ -354,8 +377,9 @@ where
             if deadline.run(core.event.wait(ended)).await.is_err() {
                 return Err(self.expired());
             }
-            if let Some(outcome) = lock(&core.state).outcome_since(generation) {
-                return outcome.map_err(RefreshError::from);
+            let outcome = lock(&core.state).outcome_since(generation);
+            if let Some(outcome) = outcome {
+                return clone_out(outcome);
             }
             // The flight was given up without an outcome: look again, maybe start one.
         }
@@ -406,8 +430,9 @@ where
             }
         }
         // The collection stored its outcome before its job or runner finished.
-        match lock(&self.inner.core.state).outcome_since(generation) {
-            Some(outcome) => outcome.map_err(RefreshError::from),
+        let outcome = lock(&self.inner.core.state).outcome_since(generation);
+        match outcome {
+            Some(outcome) => clone_out(outcome),
             None => Err(RefreshError::Closed),
         }
     }
@@ -475,7 +500,7 @@ impl<T, E> Refresh<T, E> {
 }
 
 /// Builds the cache from a finished builder.
-fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
+fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
         state: std::sync::Mutex::new(flight::CacheState::new()),
