@@ -165,11 +165,7 @@ pub(crate) const DROP_ERROR: &str = "a cached error's Drop";
 /// The `Clone` is user code: a panic in it is contained and traced, and becomes the
 /// caller's error. The reference is let go afterwards; if it was the last one (a newer
 /// collection replaced the value meanwhile), the value's `Drop` runs here, contained.
-pub(crate) fn copy_out<V: Clone>(
-    what: &str,
-    dropped: &str,
-    shared: Arc<V>,
-) -> Result<V, Panicked> {
+pub(crate) fn copy_out<V: Clone>(what: &str, dropped: &str, shared: Arc<V>) -> Result<V, Panicked> {
     let copied = catch_unwind(AssertUnwindSafe(|| V::clone(&shared)));
     drop_contained(dropped, shared);
     copied.map_err(|payload| {

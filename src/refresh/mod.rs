@@ -309,11 +309,8 @@ where
     /// ```
     #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
-        let cached = lock(&self.inner.core.state).cached_at(
-            now,
-            self.inner.ttl,
-            self.inner.failure_ttl,
-        );
+        let cached =
+            lock(&self.inner.core.state).cached_at(now, self.inner.ttl, self.inner.failure_ttl);
         // Copied (or let go) after the lock: the value's `Clone` and `Drop` are user code.
         match cached? {
             Ok((value, _)) => copy_out(flight::CLONE_VALUE, flight::DROP_VALUE, value).ok(),
