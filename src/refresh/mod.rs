@@ -33,6 +33,13 @@
 //! metrics. A collection that returns `Err` is not reported there: its error is served to
 //! callers from the cache and counted in `loopguard_refresh_runs_total` as `error`.
 //!
+//! # Your code under the cache
+//!
+//! The collection, and the value's and error's `Clone` and `Drop`, never run under the
+//! cache's lock, and a panic in any of them is contained (see [`Refresh`]): a `Clone` that
+//! looks at the cache (`stats()`, say) cannot deadlock it, and a `Drop` that panics cannot
+//! stop a caller from collecting again.
+//!
 //! # Metrics
 //!
 //! Counters with label `cache` (the name), registered with zeros when the cache is built:
@@ -86,7 +93,18 @@ enum Step<T, E> {
 /// A single-flight TTL cache; see the [module docs](self). Built with
 /// [`Refresh::builder`]. A cheap handle (`Clone + Send + Sync`); clones share the cache.
 ///
-/// Values and errors are cloned out to each caller: wrap a large value in an `Arc`.
+/// Values and errors are cloned out to each caller: wrap a large value in an `Arc`. They
+/// are `Send + Sync`: the cache shares one copy between callers on any thread and clones it
+/// out after its lock is released.
+///
+/// # Panics
+///
+/// None of the value's or error's own code runs under the cache's lock. A `Clone` that
+/// panics while a caller's copy is made is contained: that caller gets
+/// [`RefreshError::Panicked`] naming the `Clone`, the cache keeps its value, and the next
+/// caller tries again. A `Drop` that panics (of a replaced value, of the cache's state when
+/// the last handle goes) is contained where it runs. Either leaves a line on stderr and
+/// counts in [`telemetry::contained_panics`](crate::telemetry::contained_panics).
 ///
 /// # Examples
 ///
