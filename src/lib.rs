@@ -154,3 +154,8 @@ pub use crate::failure::{Fallible, Panicked};
 #[doc = include_str!("../README.md")]
 #[cfg(all(doctest, feature = "tower", feature = "prometheus-client"))]
 pub struct ReadmeDoctests;
+
+// The migration guide's examples too, tokio's side included (tokio is a dev-dependency).
+#[doc = include_str!("../no-tokio-guide.md")]
+#[cfg(doctest)]
+pub struct NoTokioGuideDoctests;
