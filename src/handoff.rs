@@ -5,6 +5,14 @@
 //! Its stage moves under one mutex, so completion and drop cannot both claim the outcome,
 //! nor both miss it: whichever comes second sees what the first did.
 //!
+//! A runner with accounting of its own (a pool's worker, which gives a slot back) delivers
+//! in two steps: [`store`](Handoff::store) puts the outcome in place (a handle dropped
+//! from then on reports it, and `is_finished` says so) but does not let the handle take
+//! it yet; the runner settles its accounting; then [`Stored::publish`] makes the outcome
+//! takeable and wakes the handle. So a caller can only ever see its outcome once the
+//! runner's accounting is done: a caller woken by its job never finds the job's slot
+//! still held, whether it was woken or polled for another reason.
+//!
 //! | first                | second          | who reports a failure          |
 //! |----------------------|-----------------|--------------------------------|
 //! | runner delivers      | handle awaited  | nobody: the caller gets it     |
@@ -43,6 +51,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 enum Stage<T> {
     /// Not finished; the waker of whoever awaits the handle.
     Running(Option<Waker>),
+    /// Finished and stored, not takeable yet: the runner still settles its own accounting
+    /// (see [`Handoff::store`]). Keeps the waker of whoever awaits the handle.
+    Stored(Result<T, Panicked>, Duration, Option<Waker>),
     /// Finished and delivered, with how long the work ran; not yet taken.
     Ready(Result<T, Panicked>, Duration),
     /// The handle was dropped first: the runner reports when it delivers.
@@ -93,46 +104,59 @@ impl<T> Handoff<T> {
         &self.reporter
     }
 
-    /// The runner's side: the work finished. Hands the outcome over, or reports it if the
-    /// handle is gone. Never panics.
+    /// The runner's side in one step (the loom model's runner; the pool's worker and the
+    /// shield's runner settle their accounting between the two): the work finished. Hands
+    /// the outcome over and wakes the handle, or reports it if the handle is gone.
+    #[cfg(all(test, loopguard_loom))]
     pub(crate) fn deliver(&self, result: Result<T, Panicked>, elapsed: Duration) {
-        self.deliver_then(result, elapsed, || {});
+        self.store(result, elapsed).publish();
     }
 
-    /// [`deliver`](Handoff::deliver), calling `finished` (loopguard's own accounting) once
-    /// the outcome is stored and before the handle is woken, or once it was reported.
-    pub(crate) fn deliver_then(
-        &self,
-        result: Result<T, Panicked>,
-        elapsed: Duration,
-        finished: impl FnOnce(),
-    ) {
+    /// The runner's side, first step: the work finished. Stores the outcome, not yet
+    /// takeable (a handle polled now keeps waiting, one dropped now reports it), or reports
+    /// it at once if the handle is gone. The runner settles its own accounting, then calls
+    /// [`Stored::publish`]; dropping the [`Stored`] publishes too. Never panics.
+    pub(crate) fn store(&self, result: Result<T, Panicked>, elapsed: Duration) -> Stored<'_, T> {
         let mut stage = lock(&self.stage);
         match std::mem::replace(&mut *stage, Stage::Taken) {
             Stage::Running(waker) => {
-                *stage = Stage::Ready(result, elapsed);
+                *stage = Stage::Stored(result, elapsed, waker);
                 drop(stage);
-                finished();
-                if let Some(waker) = waker {
-                    wake(waker);
-                }
+                Stored(Some(self))
             }
             Stage::Orphaned => {
                 drop(stage);
                 self.report(result, elapsed);
-                finished();
+                Stored(None)
             }
             // Delivered once only; a second outcome has nobody to go to.
-            other @ (Stage::Ready(..) | Stage::Abandoned | Stage::Taken) => {
+            other @ (Stage::Stored(..) | Stage::Ready(..) | Stage::Abandoned | Stage::Taken) => {
                 *stage = other;
                 drop(stage);
                 self.report(result, elapsed);
-                finished();
+                Stored(None)
             }
         }
     }
 
-    /// The runner's side: it goes away without an outcome. Calls `finished` (loopguard's
+    /// The second step of [`store`](Handoff::store): the stored outcome becomes takeable,
+    /// and the handle's waker (taken out under the lock) is woken outside it, contained.
+    fn publish(&self) {
+        let mut stage = lock(&self.stage);
+        match std::mem::replace(&mut *stage, Stage::Taken) {
+            Stage::Stored(result, elapsed, waker) => {
+                *stage = Stage::Ready(result, elapsed);
+                drop(stage);
+                if let Some(waker) = waker {
+                    wake(waker);
+                }
+            }
+            // The handle was dropped meanwhile and reported the outcome: nothing to do.
+            other => *stage = other,
+        }
+    }
+
+    /// The runner's side: it goes away without an outcome. Calls `finished` (the runner's
     /// own accounting) once the stage says so, then wakes the handle.
     pub(crate) fn abandon(&self, finished: impl FnOnce()) {
         let mut stage = lock(&self.stage);
@@ -163,7 +187,7 @@ impl<T> Handoff<T> {
         loop {
             let mut stage = lock(&self.stage);
             match &mut *stage {
-                Stage::Running(waker) => {
+                Stage::Running(waker) | Stage::Stored(_, _, waker) => {
                     if matches!(waker, Some(w) if w.will_wake(cx.waker())) {
                         drop(stage);
                         drop_contained("a Waker", fresh);
@@ -221,6 +245,13 @@ impl<T> Handoff<T> {
                 drop(stage);
                 self.report(result, elapsed);
             }
+            // Stored, not yet published: the outcome is nobody's now; the runner's publish
+            // finds nothing to do. The waker goes after the lock, contained.
+            Stage::Stored(result, elapsed, waker) => {
+                drop(stage);
+                drop_contained("a Waker", waker);
+                self.report(result, elapsed);
+            }
             Stage::Orphaned | Stage::Abandoned | Stage::Taken => {}
         }
     }
@@ -229,7 +260,7 @@ impl<T> Handoff<T> {
     pub(crate) fn is_finished(&self) -> bool {
         matches!(
             *lock(&self.stage),
-            Stage::Ready(..) | Stage::Abandoned | Stage::Taken
+            Stage::Stored(..) | Stage::Ready(..) | Stage::Abandoned | Stage::Taken
         )
     }
 
@@ -244,6 +275,29 @@ impl<T> Handoff<T> {
     /// of the caller. A refused success is dropped, its `Drop` contained.
     pub(crate) fn report_refused(&self, result: Result<T, Panicked>, elapsed: Duration) {
         self.report(result, elapsed);
+    }
+}
+
+/// An outcome [stored](Handoff::store) but not yet takeable. [`publish`](Stored::publish)
+/// (or dropping it, so that an unwinding runner strands no caller) makes it takeable and
+/// wakes the handle.
+#[must_use = "the outcome is not takeable until it is published"]
+pub(crate) struct Stored<'a, T>(Option<&'a Handoff<T>>);
+
+impl<T> Stored<'_, T> {
+    /// Makes the outcome takeable and wakes the handle (contained, outside every lock).
+    pub(crate) fn publish(mut self) {
+        if let Some(handoff) = self.0.take() {
+            handoff.publish();
+        }
+    }
+}
+
+impl<T> Drop for Stored<'_, T> {
+    fn drop(&mut self) {
+        if let Some(handoff) = self.0.take() {
+            handoff.publish();
+        }
     }
 }
 

@@ -106,7 +106,7 @@
 //! | an output's `Drop`, when nobody takes it or it is refused as late | a worker thread or the dropping thread | contained |
 //! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
 //! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
-//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; deliveries and wake-ups come first |
+//! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; the job's outcome is stored first, and its caller is woken after |
 //! | a `Waker` loopguard stored: its `wake`, and the `Drop` of one it lets go | a worker thread, the releasing, closing or polling thread | contained, after the accounting and outside every lock: it may call back into the same pool, gate, cache or channel |
 //! | a `Waker`'s `clone`, during *your* poll of a loopguard future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |

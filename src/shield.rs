@@ -469,11 +469,14 @@ struct Delivery<T> {
 }
 
 impl<T> Delivery<T> {
-    /// Hands the outcome over (or reports it), then counts the work as finished.
+    /// Stores the outcome (or reports it, if the handle is gone), counts the work as
+    /// finished, then lets the handle take the outcome: a caller woken by its work never
+    /// finds it still in flight, and a drain never resolves before a report is out.
     fn deliver(&mut self, result: Result<T, Panicked>, elapsed: Duration) {
         if let Some(handoff) = self.handoff.take() {
-            let work = &self.work;
-            handoff.deliver_then(result, elapsed, || work.finish());
+            let stored = handoff.store(result, elapsed);
+            self.work.finish();
+            stored.publish();
         }
     }
 }

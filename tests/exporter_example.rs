@@ -605,3 +605,28 @@ fn raise_fd_limit(wanted: u64) -> u64 {
     }
     target
 }
+
+/// One client scraping one request at a time, each on a fresh connection sent only after
+/// the previous answer was read, against the exporter *as shipped* (workers in the idle
+/// class at nice 10) with 1 and 2 workers: never refused by its own finished walk. (The
+/// worker used to wake the caller before it gave the slot back; a woken loop preempts an
+/// idle-class worker, and 299 of 300 such scrapes got 503 with one worker.)
+#[test]
+fn a_sequential_scraper_is_never_refused_with_the_shipped_defaults() {
+    for workers in ["1", "2"] {
+        let exporter = Exporter::start_as_shipped(&["--workers", workers, "--series", "2000"]);
+        let mut refused = 0;
+        for _ in 0..300 {
+            let response = exporter.get("/metrics", &[("Accept-Encoding", "gzip")]);
+            match response.status {
+                200 => assert!(response.text().contains("synthetic_registry_series")),
+                503 => refused += 1,
+                other => panic!("{workers} worker(s): unexpected status {other}"),
+            }
+        }
+        assert_eq!(
+            refused, 0,
+            "{workers} worker(s): {refused} of 300 scrapes refused"
+        );
+    }
+}

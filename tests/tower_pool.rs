@@ -190,3 +190,65 @@ fn a_standalone_layer_emits_a_pools_admission_series_under_its_name() {
         });
     });
 }
+
+/// A handler that awaits one job on the request's slot and at once starts the next, a
+/// thousand times per request: each job runs on the request's own slot (never refused,
+/// never a second pool slot), because the worker marks the lent slot free before it wakes
+/// the handler.
+#[derive(Clone)]
+struct BackToBack {
+    pool: Pool,
+    rounds: usize,
+}
+
+impl Service<Request<()>> for BackToBack {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<()>) -> Self::Future {
+        let slot = request
+            .extensions()
+            .get::<Slot>()
+            .cloned()
+            .expect("admitted");
+        let (pool, rounds) = (self.pool.clone(), self.rounds);
+        Box::pin(async move {
+            for round in 0..rounds {
+                // Read inside the job: the request's slot is the only one held.
+                let observer = pool.clone();
+                let job = match slot.try_run(&pool, move || observer.in_use()) {
+                    Ok(job) => job,
+                    Err(err) => panic!("round {round}: the second job was refused: {err}"),
+                };
+                let in_use = job.await.expect("the job ran");
+                assert_eq!(in_use, 1, "round {round}: the job took a second pool slot");
+            }
+            Ok(Response::new(format!("{rounds} jobs")))
+        })
+    }
+}
+
+on_every_executor! {
+    async fn jobs_back_to_back_on_a_requests_slot_are_never_refused_nor_take_a_second_slot() {
+        // A full 1-worker pool (the request holds its only slot), and a 2-worker pool where
+        // a job that missed the request's slot would take the free one.
+        for workers in [1, 2] {
+            let pool = Pool::builder().name("edge-back-to-back").workers(workers).build().unwrap();
+            let layer = AdmissionLayer::for_pool(&pool);
+            let mut service = layer.layer(BackToBack { pool: pool.clone(), rounds: 5_000 });
+            for _ in 0..2 {
+                let response = service.call(Request::new(())).await.unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+                assert_eq!(pool.stats().rejected, 0);
+                drop(response);
+            }
+            pool.wait_idle().await;
+            assert_eq!(pool.in_use(), 0);
+        }
+    }
+}

@@ -220,3 +220,77 @@ fn success_races_take_then_orphan() {
         assert_eq!(reports.load(Ordering::SeqCst), 0);
     });
 }
+
+/// The runner stores, settles its own accounting (here: a flag standing for the slot's
+/// release), then publishes, while the taker polls: a taker that gets the outcome always
+/// sees the accounting done, however it was polled (woken, or polled early), and a
+/// pending taker is woken after it.
+#[test]
+fn store_then_publish_races_take() {
+    loom::model(|| {
+        let (handoff, reports) = handoff();
+        let released = loom::sync::Arc::new(AtomicBool::new(false));
+        let runner = {
+            let (handoff, released) = (handoff.clone(), released.clone());
+            thread::spawn(move || {
+                let stored = handoff.store(failure(), Duration::ZERO);
+                released.store(true, Ordering::SeqCst);
+                stored.publish();
+            })
+        };
+        let (woken, waker) = flag();
+        let first = poll(&handoff, &waker);
+        if first.is_ready() {
+            assert!(released.load(Ordering::SeqCst), "taken before the release");
+        }
+        // A second poll before the runner is done (a spurious wake-up) sees nothing early.
+        let second = match first {
+            Poll::Ready(taken) => Some(taken),
+            Poll::Pending => match poll(&handoff, &waker) {
+                Poll::Ready(taken) => {
+                    assert!(released.load(Ordering::SeqCst), "taken before the release");
+                    Some(taken)
+                }
+                Poll::Pending => None,
+            },
+        };
+        runner.join().unwrap();
+        let taken = match second {
+            Some(taken) => taken,
+            None => {
+                assert!(woken.woken(), "a pending taker was not woken");
+                match poll(&handoff, &waker) {
+                    Poll::Ready(taken) => taken,
+                    Poll::Pending => panic!("still pending after publish"),
+                }
+            }
+        };
+        assert_eq!(failures_taken(&taken), 1);
+        assert_eq!(reports.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// The handle is dropped while the runner is between its store and its publish: the
+/// failure is reported exactly once (by the dropping side, or by the store if the drop came
+/// first), and the publish that follows finds nothing to do.
+#[test]
+fn store_then_publish_races_orphan() {
+    loom::model(|| {
+        let (handoff, reports) = handoff();
+        let runner = {
+            let handoff = handoff.clone();
+            thread::spawn(move || handoff.store(failure(), Duration::ZERO).publish())
+        };
+        let (_woken, waker) = flag();
+        let taken = match poll(&handoff, &waker) {
+            Poll::Ready(taken) => failures_taken(&taken),
+            Poll::Pending => {
+                handoff.orphan();
+                0
+            }
+        };
+        runner.join().unwrap();
+        assert_eq!(taken + reports.load(Ordering::SeqCst), 1);
+        assert!(handoff.is_finished());
+    });
+}

@@ -2,9 +2,10 @@
 //! ([`admit`]), the worker's side of a job, and its handle ([`Job`]).
 //!
 //! The closure and its outcome live in one allocation, shared by the worker (as a
-//! [`Task`]) and by the `Job` handle. Completion travels worker → [`Handoff`] → gate: the
-//! worker runs the closure, delivers the outcome (or reports it, when the `Job` is gone),
-//! and only then gives the slot back.
+//! [`Task`]) and by the `Job` handle. Completion travels worker → [`Handoff`] → gate →
+//! caller: the worker runs the closure, stores the outcome (or reports it, when the `Job`
+//! is gone), tells the recorder, gives the slot back, and only then makes the outcome
+//! takeable and wakes the caller.
 
 use std::any::Any;
 use std::fmt;
@@ -229,24 +230,35 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         };
         core.stats.count_job(outcome, elapsed);
         core.limit.hold.add(elapsed);
-        self.handoff.deliver(result, elapsed);
-        // The recorder is user code: it hears of the job once its outcome is delivered (a
-        // panic there is contained), and before the slot goes back, so a pool that reads
-        // idle has told the recorder about every job.
+        // The outcome is stored first (or, if the `Job` is gone, a failure is reported: the
+        // orphan handler runs with the slot still held), but the caller cannot take it yet.
+        let stored = self.handoff.store(result, elapsed);
+        // The recorder is user code: it hears of the job before the slot goes back (a panic
+        // there is contained), so a pool that reads idle has told it about every job.
         core.stats.emit_job(outcome, elapsed);
         core.limit.rejected.flush();
+        // The slot goes back, and only then is the caller woken: a caller woken by its
+        // outcome (or polled for any other reason) always finds the slot free, so a scraper
+        // that scrapes again at once is never refused by its own finished walk.
         drop(slot);
+        stored.publish();
     }
 }
 
-/// Gives a job's slot back when dropped: after delivery, or while unwinding.
+/// Gives a job's slot back when dropped: once the outcome is stored (before the caller may
+/// take it), or while unwinding.
 struct SlotGuard<'a>(&'a Core, &'a SlotRelease);
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         match self.1 {
             SlotRelease::Own => self.0.release_slot(),
-            SlotRelease::Lent(lent) => drop(lock(lent).take()),
+            SlotRelease::Lent(lent) => {
+                // Taken out under the cell's lock, dropped after it: dropping the share may
+                // release the holder's slot and wake the next waiter.
+                let share = lock(lent).take();
+                drop(share);
+            }
         }
     }
 }

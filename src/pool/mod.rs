@@ -50,17 +50,19 @@ pub use crate::emit::durations::DurationStats;
 /// # The slot rule
 ///
 /// A slot is held from admission until the worker thread has finished the job (returned
-/// or panicked) *and* delivered its outcome to the awaiting [`Job`], or reported it to the
+/// or panicked) *and* stored its outcome for the awaiting [`Job`], or reported it to the
 /// orphan handler when nobody awaits it. It is released by the worker, never by the
 /// awaiting side: dropping a [`Job`] or a [`Run`], or a deadline passing, never frees a
 /// slot early, so a caller that leaves cannot make room for new work while its own still
 /// occupies a thread. At quiescence ([`wait_idle`](Pool::wait_idle)), [`in_use`](Pool::in_use)
 /// is 0.
 ///
-/// The worker releases the slot right after it has delivered the outcome (and told the
-/// metrics recorder): a caller woken by that delivery may, for a moment, still see the
-/// slot held, so a `try_run` issued straight after awaiting a job on a full pool can be
-/// refused. [`wait_idle`](Pool::wait_idle) waits for the release.
+/// **The slot is free when the caller wakes.** In order, the worker stores the outcome (or,
+/// when nobody awaits it, hands a failure to the orphan handler, which so runs with the
+/// slot held), tells the metrics recorder (also with the slot held), gives the slot back,
+/// and only then lets the caller take the outcome and wakes it. A caller that has its
+/// output, however it was polled, never finds its job's slot still held: a `try_run`
+/// issued straight after awaiting a job is not refused by it.
 ///
 /// # Outputs
 ///

@@ -131,9 +131,10 @@ impl Stats {
         self.jobs[outcome as usize].get()
     }
 
-    /// Counts a finished job in the pool's own numbers (before its outcome is delivered, so
+    /// Counts a finished job in the pool's own numbers (before its outcome is stored, so
     /// whoever awaits it sees them). The recorder hears of it in
-    /// [`emit_job`](Stats::emit_job), after delivery.
+    /// [`emit_job`](Stats::emit_job), once the outcome is stored and before the slot goes
+    /// back.
     pub(crate) fn count_job(&self, outcome: JobOutcome, elapsed: Duration) {
         self.jobs[outcome as usize].count();
         self.job_time.record(elapsed);
