@@ -28,6 +28,26 @@ fn pool() -> Pool {
         .unwrap()
 }
 
+/// A one-worker pool whose orphan handler keeps every report (a panicking collection
+/// would be one).
+fn recording_pool() -> (Pool, Arc<Mutex<Vec<loopguard::orphan::Report>>>) {
+    let (handler, seen) = recording();
+    let pool = Pool::builder()
+        .workers(1)
+        .no_stuck_reports()
+        .on_orphan(handler)
+        .build()
+        .unwrap();
+    (pool, seen)
+}
+
+/// Runs `test` with [`ARMED`] to itself (one such test at a time), under the watchdog.
+fn with_fuses(test: impl FnOnce() + Send + 'static) {
+    quiet_expected_panics();
+    let _one = FUSES.lock().unwrap_or_else(|e| e.into_inner());
+    watchdog(LIMIT, test);
+}
+
 // ---- a Clone that calls back into the cache ------------------------------------------
 
 /// The cache a `Reentrant`'s `Clone` looks at.
@@ -199,15 +219,8 @@ fn keep(value: Fuse) -> u32 {
 
 #[test]
 fn a_panicking_drop_of_a_stale_value_does_not_stop_get_from_collecting_again() {
-    quiet_expected_panics();
-    let _one = FUSES.lock().unwrap_or_else(|e| e.into_inner());
-    watchdog(LIMIT, || {
-        let (handler, seen) = recording();
-        let pool = Pool::builder()
-            .workers(1)
-            .on_orphan(handler)
-            .build()
-            .unwrap();
+    with_fuses(|| {
+        let (pool, seen) = recording_pool();
         // A TTL of zero: every value is stale at once, so every `get` collects again.
         let (cache, runs) = fuse_cache(&pool, Duration::ZERO);
         ARMED.store(true, Ordering::SeqCst);
@@ -243,9 +256,7 @@ fn a_panicking_drop_of_a_stale_value_does_not_stop_get_from_collecting_again() {
 /// is contained there, and that caller still gets its copy.
 #[test]
 fn the_last_copy_of_a_replaced_value_is_dropped_contained() {
-    quiet_expected_panics();
-    let _one = FUSES.lock().unwrap_or_else(|e| e.into_inner());
-    watchdog(LIMIT, || {
+    with_fuses(|| {
         let pool = pool();
         let (entered, release) = (Latch::new(), Latch::new());
         let cache = slow_clone_cache(&pool, entered.clone(), release.clone());
@@ -337,16 +348,8 @@ fn keep_slow(value: SlowClone) -> u32 {
 /// contained, not reported as a panicking collection.
 #[test]
 fn a_cache_dropped_mid_collection_drops_its_value_contained_on_the_worker() {
-    quiet_expected_panics();
-    let _one = FUSES.lock().unwrap_or_else(|e| e.into_inner());
-    watchdog(LIMIT, || {
-        let (handler, seen) = recording();
-        let pool = Pool::builder()
-            .workers(1)
-            .no_stuck_reports()
-            .on_orphan(handler)
-            .build()
-            .unwrap();
+    with_fuses(|| {
+        let (pool, seen) = recording_pool();
         let release = Latch::new();
         let rel = release.clone();
         let cache = Refresh::builder("dropped-mid-flight").on_pool(&pool, move || {
