@@ -179,6 +179,30 @@ fn an_error_whose_clone_reads_the_cache_does_not_deadlock_it() {
     });
 }
 
+/// A sink for `{:?}` that reads the cache's stats as it is written to, as a logger that
+/// adds context might.
+struct StatsWriter<'a>(&'a Refresh<u8, String>, String);
+
+impl std::fmt::Write for StatsWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let _ = self.0.stats();
+        self.1.push_str(s);
+        Ok(())
+    }
+}
+
+#[test]
+fn formatting_the_cache_into_a_sink_that_reads_it_does_not_deadlock() {
+    watchdog(LIMIT, || {
+        use std::fmt::Write as _;
+        let pool = pool();
+        let cache = Refresh::builder("debugged").on_pool(&pool, || Ok::<u8, String>(1));
+        let mut sink = StatsWriter(&cache, String::new());
+        write!(sink, "{cache:?}").unwrap();
+        assert!(sink.1.contains("in_flight: false"), "{}", sink.1);
+    });
+}
+
 // ---- a Drop that panics ----------------------------------------------------------------
 
 /// Whether the `Drop` of a `Fuse` panics. Set while loopguard holds the only copies; the

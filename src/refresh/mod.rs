@@ -151,14 +151,13 @@ impl<T, E> Clone for Refresh<T, E> {
 
 impl<T, E> fmt::Debug for Refresh<T, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Read before formatting: the formatter writes into the caller's sink, user code.
+        let in_flight = lock(&self.inner.core.state).in_flight.is_some();
         f.debug_struct("Refresh")
             .field("name", &self.name())
             .field("ttl", &self.inner.ttl)
             .field("failure_ttl", &self.inner.failure_ttl)
-            .field(
-                "in_flight",
-                &lock(&self.inner.core.state).in_flight.is_some(),
-            )
+            .field("in_flight", &in_flight)
             .finish()
     }
 }
