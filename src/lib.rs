@@ -103,6 +103,7 @@
 //! | a job's closure (and the `Drop` of what it captured) | a worker thread | the job's outcome is [`Panicked`]: returned to whoever awaits it, or reported once if nobody does |
 //! | a shielded future's `poll` (and its `Drop`) | the runner's executor | the same, through the [`Shielded`](shield::Shielded) handle |
 //! | a refresh collection | a worker thread, or the runner | cached as a failure for the failure TTL and reported once |
+//! | a cached value's or error's `Clone` and `Drop` ([`Refresh`](refresh::Refresh)) | the calling task, after the cache's lock; a `Drop` where the last copy goes | contained: a panicking `Clone` gives that caller `RefreshError::Panicked`; a `Clone` may call back into the cache |
 //! | an output's `Drop`, when nobody takes it or it is refused as late | a worker thread or the dropping thread | contained |
 //! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
 //! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
@@ -157,3 +158,8 @@ pub use crate::failure::{Fallible, Panicked};
 #[doc = include_str!("../README.md")]
 #[cfg(all(doctest, feature = "tower", feature = "prometheus-client"))]
 pub struct ReadmeDoctests;
+
+// The migration guide's examples too, tokio's side included (tokio is a dev-dependency).
+#[doc = include_str!("../no-tokio-guide.md")]
+#[cfg(doctest)]
+pub struct NoTokioGuideDoctests;
