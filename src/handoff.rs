@@ -104,8 +104,10 @@ impl<T> Handoff<T> {
         &self.reporter
     }
 
-    /// The runner's side: the work finished. Hands the outcome over and wakes the handle,
-    /// or reports it if the handle is gone. Never panics.
+    /// The runner's side in one step (the loom model's runner; the pool's worker and the
+    /// shield's runner settle their accounting between the two): the work finished. Hands
+    /// the outcome over and wakes the handle, or reports it if the handle is gone.
+    #[cfg(all(test, loopguard_loom))]
     pub(crate) fn deliver(&self, result: Result<T, Panicked>, elapsed: Duration) {
         self.store(result, elapsed).publish();
     }
@@ -154,16 +156,21 @@ impl<T> Handoff<T> {
         }
     }
 
-    /// The runner's side: it goes away without an outcome. Wakes the handle.
-    pub(crate) fn abandon(&self) {
+    /// The runner's side: it goes away without an outcome. Calls `finished` (the runner's
+    /// own accounting) once the stage says so, then wakes the handle.
+    pub(crate) fn abandon(&self, finished: impl FnOnce()) {
         let mut stage = lock(&self.stage);
         if let Stage::Running(waker) = &mut *stage {
             let waker = waker.take();
             *stage = Stage::Abandoned;
             drop(stage);
+            finished();
             if let Some(waker) = waker {
                 wake(waker);
             }
+        } else {
+            drop(stage);
+            finished();
         }
     }
 

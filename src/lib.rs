@@ -62,6 +62,7 @@
 //! | a scaling signal that sees bursts between scrapes | [`Pool::demand`](pool::Pool::demand), [`demand::Demand`] |
 //! | one caller per key (tenant, target), others unaffected | [`keyed::KeyedGate`] |
 //! | one duration observation per operation, cancelled ones too | [`operation::Operation`] |
+//! | how late the loop runs, and which task held it | [`lag::LoopLag`] |
 //! | admission for a hyper or axum service without tokio | `tower::AdmissionLayer` (feature `tower`) |
 //! | help text and units for the series | [`telemetry::describe_metrics`] |
 //!
@@ -102,10 +103,13 @@
 //! | a job's closure (and the `Drop` of what it captured) | a worker thread | the job's outcome is [`Panicked`]: returned to whoever awaits it, or reported once if nobody does |
 //! | a shielded future's `poll` (and its `Drop`) | the runner's executor | the same, through the [`Shielded`](shield::Shielded) handle |
 //! | a refresh collection | a worker thread, or the runner | cached as a failure for the failure TTL and reported once |
+//! | a cached value's or error's `Clone` and `Drop` ([`Refresh`](refresh::Refresh)) | the calling task, after the cache's lock; a `Drop` where the last copy goes | contained: a panicking `Clone` gives that caller `RefreshError::Panicked`; a `Clone` may call back into the cache |
 //! | an output's `Drop`, when nobody takes it or it is refused as late | a worker thread or the dropping thread | contained |
 //! | a failure's `Debug` (for the report) | where the failure is reported | contained: reported with a placeholder message |
 //! | an [`OrphanHandler`](orphan::OrphanHandler) closure, the logger behind `OrphanHandler::log()` | where the failure is observed, the stuck monitor | contained: that report is lost to the handler, still counted |
 //! | a metrics recorder | wherever loopguard emits | contained: that one update is lost; the job's outcome is stored first, and its caller is woken after |
+//! | the logger, for a slow poll's line ([`lag::LoopLag::instrument`]) | the polling thread, after the count | contained: that line is lost, the poll still counted |
+//! | an instrumented future's `poll` ([`lag::TimedPolls`]) | your task | the panic is yours; that poll is not timed |
 //! | a `Waker` loopguard stored: its `wake`, and the `Drop` of one it lets go | a worker thread, the releasing, closing or polling thread | contained, after the accounting and outside every lock: it may call back into the same pool, gate, cache or channel |
 //! | a `Waker`'s `clone`, during *your* poll of a loopguard future | your task | the panic is yours (it comes out of your poll); the future keeps its place, and dropping it withdraws it cleanly |
 //! | a key's `Display` ([`KeyedGate::publish_metrics`](keyed::KeyedGate::publish_metrics)) | the publishing thread | contained: that key's gauge is not updated |
@@ -134,6 +138,7 @@ pub mod deadline;
 pub mod demand;
 pub mod header;
 pub mod keyed;
+pub mod lag;
 pub mod operation;
 pub mod orphan;
 pub mod pool;
@@ -153,3 +158,8 @@ pub use crate::failure::{Fallible, Panicked};
 #[doc = include_str!("../README.md")]
 #[cfg(all(doctest, feature = "tower", feature = "prometheus-client"))]
 pub struct ReadmeDoctests;
+
+// The migration guide's examples too, tokio's side included (tokio is a dev-dependency).
+#[doc = include_str!("../no-tokio-guide.md")]
+#[cfg(doctest)]
+pub struct NoTokioGuideDoctests;

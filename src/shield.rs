@@ -23,6 +23,15 @@
 //! shutting down drops its tasks): the handle then resolves to [`ShieldError::RunnerDropped`]
 //! instead of hanging.
 //!
+//! # Draining
+//!
+//! [`Shield::in_flight`] counts the work wrapped and not yet finished, and
+//! [`Shield::wait_idle`] resolves when none is left: at shutdown, drop (or keep) the handles,
+//! `shield.wait_idle().await`, then exit, and every orphaned failure has been reported. Work
+//! counts from [`wrap`](Shield::wrap) until its runner has handed its outcome over (before
+//! the handle is woken) or reported it (after the handler returned), or until the runner
+//! is dropped.
+//!
 //! # Metrics
 //!
 //! Every orphaned failure is counted in `loopguard_orphaned_failures_total` with the label
@@ -36,12 +45,14 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::orphan::{OrphanHandler, Reporter};
+use crate::signal::{Signal, Wait};
 use crate::sync::{drop_quietly, panic_message};
 
 mod sealed {
@@ -161,6 +172,31 @@ impl Detached for () {}
 #[derive(Clone)]
 pub struct Shield {
     reporter: Arc<Reporter>,
+    work: Arc<Tracker>,
+}
+
+/// The work of one shield (and its clones) not yet finished, and who waits for none.
+#[derive(Debug, Default)]
+struct Tracker {
+    count: AtomicUsize,
+    idle: Signal,
+}
+
+impl Tracker {
+    fn start(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One piece of work is done (its outcome handed over or reported, or its runner gone).
+    fn finish(&self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_all();
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
 }
 
 impl Shield {
@@ -194,6 +230,7 @@ impl Shield {
     pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
         Shield {
             reporter: Arc::new(Reporter::new(Arc::from(name), handler)),
+            work: Arc::default(),
         }
     }
 
@@ -218,10 +255,12 @@ impl Shield {
     pub fn wrap<W: IntoShielded>(&self, work: W) -> (Runner<W::Future>, Shielded<W::Output>) {
         let (future, classify) = work.into_parts();
         let handoff = Arc::new(Handoff::new(classify, self.reporter.clone()));
+        self.work.start();
         let runner = Runner {
             future: Some(future),
             delivery: Delivery {
                 handoff: Some(handoff.clone()),
+                work: self.work.clone(),
             },
             started: None,
         };
@@ -293,6 +332,75 @@ impl Shield {
         self.reporter.orphaned()
     }
 
+    /// Work of this shield and its clones not yet finished: wrapped, and its runner has not
+    /// yet handed the outcome over (or reported it), nor been dropped. A runner never
+    /// spawned counts until it is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # futures_lite::future::block_on(async {
+    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let (runner, handle) = shield.wrap(async { 1 });
+    /// assert_eq!(shield.in_flight(), 1);
+    /// runner.await;
+    /// assert_eq!(shield.in_flight(), 0, "finished, though nobody took the output yet");
+    /// assert_eq!(handle.await, Ok(1));
+    /// # });
+    /// ```
+    pub fn in_flight(&self) -> usize {
+        self.work.in_flight()
+    }
+
+    /// Resolves once [`in_flight`](Shield::in_flight) is zero: every piece of work wrapped so
+    /// far has finished and its outcome was handed over or reported (orphaned failures
+    /// included), or its runner was dropped. Resolves at once when nothing is in flight.
+    /// Work wrapped after it resolved is not waited for.
+    ///
+    /// For a clean shutdown: drop the handles nobody will await, wait for this, then exit;
+    /// no failure is lost to the exit.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    ///
+    /// # Caveats
+    ///
+    /// A handle dropped *after* its work finished reports the failure on the dropping
+    /// thread, during that `drop`: a drop racing the wait on another thread may still be
+    /// reporting when this resolves. Work whose runner is never polled again (a stalled
+    /// executor) keeps this pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::Fallible;
+    /// use loopguard::shield::Shield;
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// let ex = async_executor::Executor::new();
+    /// let shield = Shield::new("uploads");
+    /// for _ in 0..3 {
+    ///     // Orphaned at once: nobody awaits these.
+    ///     drop(shield.spawn(Fallible(async { Err::<(), _>("refused") }), |runner| {
+    ///         ex.spawn(runner).detach()
+    ///     }));
+    /// }
+    /// assert_eq!(shield.in_flight(), 3);
+    /// // At shutdown (with smol: `shield.wait_idle().await` on the loop):
+    /// ex.run(shield.wait_idle()).await;
+    /// assert_eq!((shield.in_flight(), shield.orphaned_failures()), (0, 3));
+    /// # });
+    /// ```
+    pub fn wait_idle(&self) -> ShieldWaitIdle<'_> {
+        let work = &*self.work;
+        let idle: IdleCheck<'_> = Box::new(move || work.in_flight() == 0);
+        ShieldWaitIdle {
+            work,
+            wait: work.idle.wait(idle),
+        }
+    }
+
     /// Reports a failure nobody else will see, as an orphaned failure of this shield.
     pub(crate) fn report_panic(&self, panicked: Panicked, elapsed: Duration) {
         self.reporter
@@ -304,21 +412,80 @@ impl fmt::Debug for Shield {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shield")
             .field("name", &self.name())
+            .field("in_flight", &self.in_flight())
             .field("orphaned_failures", &self.orphaned_failures())
             .finish()
     }
 }
 
+/// The condition [`ShieldWaitIdle`] waits for.
+type IdleCheck<'a> = Box<dyn Fn() -> bool + Send + Sync + 'a>;
+
+/// Future for [`Shield::wait_idle`]: resolves once no work of the shield is in flight.
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it only withdraws the wait.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard::shield::{Shield, ShieldWaitIdle};
+///
+/// # futures_lite::future::block_on(async {
+/// let shield = Shield::new("idle");
+/// let idle: ShieldWaitIdle<'_> = shield.wait_idle();
+/// assert_eq!(format!("{idle:?}"), "ShieldWaitIdle { in_flight: 0 }");
+/// idle.await; // nothing in flight: at once
+/// # });
+/// ```
+#[must_use = "futures do nothing unless you `.await` or poll them"]
+pub struct ShieldWaitIdle<'a> {
+    work: &'a Tracker,
+    wait: Wait<'a, IdleCheck<'a>>,
+}
+
+impl Future for ShieldWaitIdle<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.get_mut().wait).poll(cx)
+    }
+}
+
+impl fmt::Debug for ShieldWaitIdle<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShieldWaitIdle")
+            .field("in_flight", &self.work.in_flight())
+            .finish()
+    }
+}
+
 /// The runner's side of the hand-off; tells the handle if the runner goes without
-/// delivering.
+/// delivering. Its work counts as in flight until it delivered or went.
 struct Delivery<T> {
     handoff: Option<Arc<Handoff<T>>>,
+    work: Arc<Tracker>,
+}
+
+impl<T> Delivery<T> {
+    /// Stores the outcome (or reports it, if the handle is gone), counts the work as
+    /// finished, then lets the handle take the outcome: a caller woken by its work never
+    /// finds it still in flight, and a drain never resolves before a report is out.
+    fn deliver(&mut self, result: Result<T, Panicked>, elapsed: Duration) {
+        if let Some(handoff) = self.handoff.take() {
+            let stored = handoff.store(result, elapsed);
+            self.work.finish();
+            stored.publish();
+        }
+    }
 }
 
 impl<T> Drop for Delivery<T> {
     fn drop(&mut self) {
         if let Some(handoff) = self.handoff.take() {
-            handoff.abandon();
+            let work = &self.work;
+            handoff.abandon(|| work.finish());
         }
     }
 }
@@ -383,9 +550,7 @@ impl<F: Future> Future for Runner<F> {
         };
         // Drop the finished future before delivering, containing a panic from its `Drop`.
         let _ = catch_unwind(AssertUnwindSafe(|| this.future.set(None)));
-        if let Some(handoff) = this.delivery.handoff.take() {
-            handoff.deliver(result, started.elapsed());
-        }
+        this.delivery.deliver(result, started.elapsed());
         Poll::Ready(())
     }
 }

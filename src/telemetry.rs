@@ -33,6 +33,11 @@
 //! | `loopguard_operations_in_flight` | gauge | `operation` |
 //! | `loopguard_ignored_budget_headers_total` | counter | `header` = `x-prometheus-scrape-timeout-seconds` / `x-envoy-expected-rq-timeout-ms` / `grpc-timeout` |
 //! | `loopguard_retry_budget_refused_total` | counter | `budget` |
+//! | `loopguard_loop_lag_seconds` | histogram | `loop` |
+//! | `loopguard_loop_slow_polls_total` | counter | `loop`, `task` |
+//!
+//! The `loop` series are a [`LoopLag`](crate::lag::LoopLag)'s: one lateness observation per
+//! tick of its probe, and a task's slow polls from the task's first instrumented future.
 //!
 //! The `pool` series of admission (capacity, in use, waiting, rejected, wait seconds,
 //! demand) are also emitted by a tower `AdmissionLayer` of its own, under its name.

@@ -52,6 +52,11 @@ fn public_types_are_send_and_sync() {
             String,
         >,
     >();
+    send_sync::<loopguard::lag::LoopLag>();
+    send_sync::<loopguard::lag::LoopLagBuilder>();
+    send_sync::<loopguard::lag::LagStats>();
+    send_sync::<loopguard::lag::Probe>();
+    send_sync::<loopguard::lag::TimedPolls<std::future::Ready<u32>>>();
     #[cfg(feature = "tower")]
     send_sync::<loopguard::tower::AdmissionLayer>();
     #[cfg(feature = "tower")]
@@ -73,6 +78,9 @@ fn futures_are_unpin() {
     unpin::<loopguard::shield::Shielded<u32>>();
     unpin::<loopguard::keyed::Acquire<String>>();
     unpin::<loopguard::orphan::OrphanReceiver>();
+    unpin::<loopguard::lag::Probe>();
+    // Unpin exactly when the inner future is: `TimedPolls` pins it in place.
+    unpin::<loopguard::lag::TimedPolls<std::future::Ready<u32>>>();
 }
 
 #[test]

@@ -354,3 +354,40 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// Any input: a `LoopLag` exactly as asked, or `InvalidInput`; never a panic or a clamp.
+    #[test]
+    fn loop_lag_builder_any_input(name in ".{0,8}", resolution in duration(), threshold in duration(),
+                         window in duration(), interval in duration()) {
+        let built = loopguard::lag::LoopLag::builder(&name)
+            .resolution(resolution)
+            .slow_poll_threshold(threshold)
+            .window(window)
+            .report_interval(interval)
+            .build();
+        let valid = !name.is_empty()
+            && !name.contains('\0')
+            && !resolution.is_zero()
+            && resolution <= Duration::from_secs(3600)
+            && !threshold.is_zero()
+            && (1..=100_000).contains(&(window.as_nanos() / resolution.as_nanos().max(1)));
+        match built {
+            Ok(lag) => {
+                prop_assert!(valid);
+                prop_assert_eq!(lag.name(), name.as_str());
+                prop_assert_eq!(lag.resolution(), resolution);
+                prop_assert_eq!(lag.slow_poll_threshold(), threshold);
+                prop_assert_eq!(lag.window(), window);
+                let stats = lag.stats();
+                prop_assert_eq!(stats.samples, 0);
+            }
+            Err(err) => {
+                prop_assert!(!valid, "refused a valid configuration: {}", err);
+                prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            }
+        }
+    }
+}

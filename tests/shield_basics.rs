@@ -284,7 +284,7 @@ fn auto_traits_and_debug() {
     let (runner, handle) = shield.wrap(async { 1 });
     assert_eq!(
         format!("{shield:?}"),
-        "Shield { name: \"dbg\", orphaned_failures: 0 }"
+        "Shield { name: \"dbg\", in_flight: 1, orphaned_failures: 0 }"
     );
     assert_eq!(
         format!("{runner:?}"),

@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::exposition::{Samples, assert_same_samples, helps, samples, types};
 use common::{Latch, hold};
 use futures_lite::future::block_on;
 use loopguard::Fallible;
@@ -112,69 +112,6 @@ fn an_encode_inside_a_job_does_not_count_itself() {
         value(&text, r#"loopguard_pool_wait_seconds_count{pool="self"}"#),
         4.0
     );
-}
-
-/// A sample line's series: its name and its labels, sorted, `le` as a number.
-fn series(line: &str) -> (String, BTreeSet<(String, String)>) {
-    let (name, labels) = match line.split_once('{') {
-        Some((name, rest)) => (name, rest.rsplit_once('}').unwrap().0),
-        None => (line.split_once(' ').unwrap().0, ""),
-    };
-    let labels = labels
-        .split(',')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap();
-            let value = value.trim_matches('"');
-            let value = match key {
-                "le" if value == "+Inf" => "inf".to_string(),
-                "le" => value.parse::<f64>().unwrap().to_string(),
-                _ => value.to_string(),
-            };
-            (key.to_string(), value)
-        })
-        .collect();
-    (name.to_string(), labels)
-}
-
-/// Every `loopguard_` sample labelled `key="value"` in `text`, with its value.
-type Samples = BTreeMap<(String, BTreeSet<(String, String)>), f64>;
-
-fn samples(text: &str, key: &str, value: &str) -> Samples {
-    let label = (key.to_string(), value.to_string());
-    text.lines()
-        .filter(|line| line.starts_with("loopguard_"))
-        .map(|line| {
-            let value = line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap();
-            (series(line), value)
-        })
-        .filter(|((_, labels), _)| labels.contains(&label))
-        .collect()
-}
-
-/// Each `loopguard_` family's type, named by its samples' stem (`_total` stripped: OpenMetrics
-/// names a counter family without it, the Prometheus text format with it).
-/// Each `loopguard_` family's help text, named as in [`types`].
-fn helps(text: &str) -> BTreeSet<(String, String)> {
-    text.lines()
-        .filter_map(|line| line.strip_prefix("# HELP loopguard_"))
-        .map(|rest| {
-            let (name, help) = rest.split_once(' ').unwrap();
-            let name = name.strip_suffix("_total").unwrap_or(name);
-            (format!("loopguard_{name}"), help.to_string())
-        })
-        .collect()
-}
-
-fn types(text: &str) -> BTreeSet<(String, String)> {
-    text.lines()
-        .filter_map(|line| line.strip_prefix("# TYPE loopguard_"))
-        .map(|rest| {
-            let (name, kind) = rest.split_once(' ').unwrap();
-            let name = name.strip_suffix("_total").unwrap_or(name);
-            (format!("loopguard_{name}"), kind.to_string())
-        })
-        .collect()
 }
 
 #[test]
@@ -291,20 +228,7 @@ fn the_same_series_as_the_metrics_facade() {
         theirs.extend(samples(&facade_text, key, value));
         mine.extend(samples(&ours, key, value));
     }
-    assert_eq!(
-        theirs.keys().collect::<Vec<_>>(),
-        mine.keys().collect::<Vec<_>>(),
-        "facade:\n{facade_text}\nprometheus-client:\n{ours}"
-    );
-    for (key, theirs) in &theirs {
-        let mine = mine[key];
-        let close = if key.0.ends_with("_sum") {
-            (mine - theirs).abs() < 1e-6
-        } else {
-            mine == *theirs
-        };
-        assert!(close, "{key:?}: facade {theirs}, prometheus-client {mine}");
-    }
+    assert_same_samples(&theirs, &mine, (&facade_text, &ours));
     // The workload reached every counter, so equal maps are not equal zeros.
     for (series, expected) in [
         (

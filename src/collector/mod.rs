@@ -12,11 +12,13 @@ use std::sync::Arc;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::keyed::KeyedGate;
+use crate::lag::LoopLag;
 use crate::pool::Pool;
 use crate::refresh::Refresh;
 
 mod encode;
 mod keyed;
+mod lag;
 #[cfg(feature = "tower")]
 mod layer;
 mod pools;
@@ -30,8 +32,9 @@ use refresh::ReadRefresh;
 /// names, labels, types and help as the `metrics` facade (see [`crate::telemetry`]).
 ///
 /// Give it what you built: pools ([`pool`](Collector::pool)), keyed gates
-/// ([`keyed`](Collector::keyed)), refresh caches ([`refresh`](Collector::refresh)) and
-/// (feature `tower`) admission layers (`layer`); then register it once
+/// ([`keyed`](Collector::keyed)), refresh caches ([`refresh`](Collector::refresh)), loop
+/// lags ([`lag`](Collector::lag)) and (feature `tower`) admission layers (`layer`); then
+/// register it once
 /// with
 /// [`Registry::register_collector`](prometheus_client::registry::Registry::register_collector).
 /// Every encode of the registry reads them. Each source is read once however often it is
@@ -104,6 +107,7 @@ pub struct Sources {
     admits: Vec<Admits>,
     keyed: Vec<Arc<dyn ReadKeyed>>,
     refreshes: Vec<Arc<dyn ReadRefresh>>,
+    lags: Vec<LoopLag>,
 }
 
 impl Sources {
@@ -127,6 +131,12 @@ impl Sources {
         }
     }
 
+    fn add_lag(&mut self, lag: &LoopLag) {
+        if !self.lags.iter().any(|known| known.same(lag)) {
+            self.lags.push(lag.clone());
+        }
+    }
+
     fn add_refresh(&mut self, cache: Arc<dyn ReadRefresh>) {
         if !self.refreshes.iter().any(|known| known.same(&*cache)) {
             self.refreshes.push(cache);
@@ -136,8 +146,8 @@ impl Sources {
 
 impl Collector {
     /// A collector of nothing yet; add what it reads with [`pool`](Collector::pool),
-    /// [`keyed`](Collector::keyed), [`refresh`](Collector::refresh) and
-    /// `layer` (feature `tower`).
+    /// [`keyed`](Collector::keyed), [`refresh`](Collector::refresh), [`lag`](Collector::lag)
+    /// and `layer` (feature `tower`).
     ///
     /// # Examples
     ///
@@ -206,6 +216,24 @@ impl Collector {
         self
     }
 
+    /// Adds the series of the loop lag `lag` (label `loop` = its name): the histogram
+    /// `loopguard_loop_lag_seconds` of every sample its probes took, and
+    /// `loopguard_loop_slow_polls_total` per task instrumented so far (label `task`), both
+    /// read when the registry is encoded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let lag = loopguard::lag::LoopLag::new("main")?;
+    /// let collector = loopguard::telemetry::Collector::new().lag(&lag);
+    /// # drop(collector);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn lag(mut self, lag: &LoopLag) -> Collector {
+        self.sources.add_lag(lag);
+        self
+    }
+
     /// (feature `tower`) Adds the series of a tower admission layer, by its mode: a layer
     /// of its own ([`AdmissionLayer::new`](crate::tower::AdmissionLayer::new)) has a pool's
     /// admission series under its name (`loopguard_pool_capacity`, `_in_use`, `_waiting`,
@@ -250,6 +278,10 @@ impl fmt::Debug for Collector {
                 "refreshes",
                 &s.refreshes.iter().map(|r| r.name()).collect::<Vec<_>>(),
             )
+            .field(
+                "lags",
+                &s.lags.iter().map(LoopLag::name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -258,6 +290,7 @@ impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         pools::encode(&mut encoder, &self.sources.admits)?;
         keyed::encode(&mut encoder, &self.sources.keyed)?;
-        refresh::encode(&mut encoder, &self.sources.refreshes)
+        refresh::encode(&mut encoder, &self.sources.refreshes)?;
+        lag::encode(&mut encoder, &self.sources.lags)
     }
 }

@@ -129,6 +129,20 @@ pub(crate) const RETRY_BUDGET_REFUSED_TOTAL: &str = "loopguard_retry_budget_refu
 /// Label naming the retry budget a series belongs to.
 pub(crate) const LABEL_BUDGET: &str = "budget";
 
+/// Histogram: seconds a [`LoopLag`](crate::lag::LoopLag) probe woke after its timer was due,
+/// one observation per tick. Label `loop`.
+pub(crate) const LOOP_LAG_SECONDS: &str = "loopguard_loop_lag_seconds";
+
+/// Counter: polls of an instrumented future that held the loop longer than the slow-poll
+/// threshold. Labels `loop`, `task`.
+pub(crate) const LOOP_SLOW_POLLS_TOTAL: &str = "loopguard_loop_slow_polls_total";
+
+/// Label naming the loop a [`LoopLag`](crate::lag::LoopLag) measures.
+pub(crate) const LABEL_LOOP: &str = "loop";
+
+/// Label naming the task an instrumented future was given.
+pub(crate) const LABEL_TASK: &str = "task";
+
 /// The `outcome` label values of [`REFRESH_RUNS_TOTAL`].
 pub(crate) const REFRESH_OUTCOMES: [&str; 2] = [RunOutcome::Ok.label(), RunOutcome::Error.label()];
 
@@ -242,6 +256,10 @@ pub(crate) fn help(name: &str) -> &'static str {
         RETRY_BUDGET_REFUSED_TOTAL => {
             "Retries a retry budget refused: the call ended with its last failure."
         }
+        LOOP_LAG_SECONDS => "Time the loop's lag probe woke after its timer was due.",
+        LOOP_SLOW_POLLS_TOTAL => {
+            "Polls of an instrumented task that held the loop past the slow-poll threshold."
+        }
         _ => "",
     }
 }
@@ -303,6 +321,12 @@ fn describe_all() {
         RETRY_BUDGET_REFUSED_TOTAL,
         Unit::Count,
         help(RETRY_BUDGET_REFUSED_TOTAL)
+    );
+    describe_histogram!(LOOP_LAG_SECONDS, Unit::Seconds, help(LOOP_LAG_SECONDS));
+    describe_counter!(
+        LOOP_SLOW_POLLS_TOTAL,
+        Unit::Count,
+        help(LOOP_SLOW_POLLS_TOTAL)
     );
 }
 
@@ -467,6 +491,8 @@ mod tests {
             REFRESH_EXPIRED_WAITS_TOTAL,
             IGNORED_BUDGET_HEADERS_TOTAL,
             RETRY_BUDGET_REFUSED_TOTAL,
+            LOOP_LAG_SECONDS,
+            LOOP_SLOW_POLLS_TOTAL,
         ] {
             assert!(!help(name).is_empty(), "{name} has no help");
         }

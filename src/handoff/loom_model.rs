@@ -169,7 +169,7 @@ fn abandon_races_take() {
         let (handoff, reports) = handoff();
         let runner = {
             let handoff = handoff.clone();
-            thread::spawn(move || handoff.abandon())
+            thread::spawn(move || handoff.abandon(|| {}))
         };
         let (woken, waker) = flag();
         let first = poll(&handoff, &waker);
@@ -196,7 +196,7 @@ fn abandon_races_orphan() {
         let (handoff, reports) = handoff();
         let runner = {
             let handoff = handoff.clone();
-            thread::spawn(move || handoff.abandon())
+            thread::spawn(move || handoff.abandon(|| {}))
         };
         handoff.orphan();
         runner.join().unwrap();

@@ -12,7 +12,13 @@
 //! - [`OrphanHandler::log()`], the default: logs each report through the [`log`] facade
 //!   (failures at `error`, stuck jobs at `warn`). `log` rather than `tracing` because it is
 //!   the smallest common denominator: `env_logger`, `simplelog` and `tracing` (through
-//!   `tracing-log`) all receive its records, and it adds one tiny dependency.
+//!   `tracing-log`) all receive its records, and it adds one tiny dependency. With no
+//!   logger installed (the facade's max level is `Off`, the case in a small service that
+//!   never set one up), it writes each report to stderr instead: an orphaned failure is the
+//!   one report nobody awaits, so nobody would see it otherwise. Those lines are
+//!   rate-limited (ten at once, then one a second; a line counts the ones held back) and
+//!   the first is followed, once per process, by a line saying how to route them
+//!   elsewhere.
 //! - [`OrphanHandler::new()`], a `Send + Sync` closure. It runs on the thread that observes
 //!   the orphaned failure: the pool's worker thread (or the shield's runner) when the work
 //!   finishes after its handle was dropped, or the thread that drops the handle when the
@@ -38,6 +44,7 @@
 
 mod channel;
 mod reporter;
+mod stderr;
 
 use std::fmt;
 use std::sync::Arc;
@@ -241,6 +248,19 @@ impl OrphanHandler {
     /// The default handler: logs each report through the [`log`] facade, failures at
     /// `error` level and stuck jobs at `warn`, with target `loopguard`.
     ///
+    /// With no logger installed ([`log::max_level()`] is `Off`) it writes each report to
+    /// stderr instead, as a line starting `loopguard: orphaned work on`, at most ten at
+    /// once and then one a second (a line then says how many were held back; each report
+    /// is counted either way). After the first such line comes, once per process, a line
+    /// saying how to route reports elsewhere: install a logger, or give the pool or shield
+    /// a handler of its own ([`OrphanHandler::new`], [`OrphanHandler::channel`]).
+    ///
+    /// # Caveats
+    ///
+    /// A logger installed with its max level at `Off` (told to log nothing) counts as no
+    /// logger: reports go to stderr. To drop them on purpose, say so with a handler:
+    /// `OrphanHandler::new(|_| {})`.
+    ///
     /// # Examples
     ///
     /// ```
@@ -322,8 +342,13 @@ impl OrphanHandler {
     }
 }
 
-/// Logs a report, at `warn` for a stuck job and `error` for a failure.
+/// Logs a report, at `warn` for a stuck job and `error` for a failure; with no logger to
+/// hear it (the facade's max level is `Off`), writes it to stderr instead, rate-limited.
 pub(crate) fn log_report(report: &Report) {
+    if log::max_level() == log::LevelFilter::Off {
+        stderr::write(report);
+        return;
+    }
     match report.kind {
         ReportKind::Stuck => log_contained!(warn, "{report}"),
         _ => log_contained!(error, "{report}"),

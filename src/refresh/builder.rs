@@ -78,8 +78,8 @@ impl RefreshBuilder {
     /// See [`Refresh`].
     pub fn on_pool<T, E, F>(self, pool: &Pool, collect: F) -> Refresh<T, E>
     where
-        T: Clone + Send + 'static,
-        E: Clone + Send + 'static,
+        T: Clone + Send + Sync + 'static,
+        E: Clone + Send + Sync + 'static,
         F: Fn() -> Result<T, E> + Send + Sync + 'static,
     {
         assemble(self, Source::Pool(pool.clone(), Arc::new(collect)))
@@ -114,8 +114,8 @@ impl RefreshBuilder {
     /// ```
     pub fn spawned<T, E, S, F, Fut>(self, shield: &Shield, spawn: S, collect: F) -> Refresh<T, E>
     where
-        T: Clone + Send + 'static,
-        E: Clone + Send + 'static,
+        T: Clone + Send + Sync + 'static,
+        E: Clone + Send + Sync + 'static,
         S: Fn(CollectionRunner) + Send + Sync + 'static,
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,

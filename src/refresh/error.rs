@@ -32,7 +32,9 @@ pub enum RefreshError<E> {
     Expired,
     /// The collection returned this error (now, or earlier within the failure TTL).
     Failed(E),
-    /// The collection panicked (now, or earlier within the failure TTL).
+    /// The collection panicked (now, or earlier within the failure TTL), or the `Clone` that
+    /// made this caller's copy of the value (or error) panicked: the message then starts
+    /// with `the cached value's Clone panicked` (or `error's`), and the cache is unharmed.
     Panicked(Panicked),
     /// No collection could run: the pool was closed, or the executor dropped the
     /// collection's runner before it finished.

@@ -7,6 +7,14 @@
 //! pool refused it, the starter left while waiting for a slot, the executor dropped the
 //! runner), the token's `Drop` clears the mark and wakes the waiters, and one of them starts
 //! a new collection within its own deadline.
+//!
+//! No user code runs under the state lock. The cache keeps each outcome behind an `Arc`:
+//! under the lock a caller only takes another reference ([`Shared`]), and it clones the
+//! value (or error) out after the lock is released ([`clone_out`]), with a panic in that
+//! `Clone` contained. The `Drop` of a value runs where its last reference goes: a replaced
+//! outcome in [`Flight`]'s completion, after the lock; a caller's reference after its copy
+//! was made; the state's own when the last handle goes (which may be on the collection's
+//! thread). Each of those is contained too.
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -19,7 +27,7 @@ use futures_lite::FutureExt;
 use crate::emit::{Counted, RunOutcome};
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
-use crate::sync::{drop_contained, lock, panic_message};
+use crate::sync::{drop_contained, drop_quietly, lock, panic_message, trace_panic};
 
 /// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
 /// into the metric registered when the cache was built.
@@ -57,18 +65,42 @@ pub(crate) struct Done<V> {
 
 pub(crate) struct CacheState<T, E> {
     /// The last successful collection.
-    pub(crate) success: Option<Done<T>>,
+    pub(crate) success: Option<Done<Arc<T>>>,
     /// The last failed collection.
-    pub(crate) failure: Option<Done<Failure<E>>>,
+    pub(crate) failure: Option<Done<Arc<Failure<E>>>>,
     /// The generation of the collection in flight.
     pub(crate) in_flight: Option<u64>,
     pub(crate) next_gen: u64,
 }
 
-/// What the latest finished collection left in the cache.
-pub(crate) type Cached<T, E> = Result<(T, Instant), Failure<E>>;
+/// What the latest finished collection left in the cache, as a caller takes it under the
+/// lock: another reference, cloned out with [`clone_out`] once the lock is released.
+pub(crate) type Shared<T, E> = Result<(Arc<T>, Instant), Arc<Failure<E>>>;
 
-impl<T: Clone, E: Clone> CacheState<T, E> {
+/// The newest finished outcome, borrowed from the state.
+enum Newest<'a, T, E> {
+    Success(&'a Done<Arc<T>>),
+    Failure(&'a Done<Arc<Failure<E>>>),
+}
+
+impl<T, E> Newest<'_, T, E> {
+    fn generation(&self) -> u64 {
+        match self {
+            Newest::Success(done) => done.generation,
+            Newest::Failure(done) => done.generation,
+        }
+    }
+
+    /// Another reference to it: no user code runs.
+    fn share(&self) -> Shared<T, E> {
+        match self {
+            Newest::Success(done) => Ok((Arc::clone(&done.value), done.started)),
+            Newest::Failure(done) => Err(Arc::clone(&done.value)),
+        }
+    }
+}
+
+impl<T, E> CacheState<T, E> {
     pub(crate) fn new() -> CacheState<T, E> {
         CacheState {
             success: None,
@@ -78,40 +110,87 @@ impl<T: Clone, E: Clone> CacheState<T, E> {
         }
     }
 
-    /// The outcome of the newest finished collection if it is generation `gen` or newer.
-    pub(crate) fn outcome_since(&self, generation: u64) -> Option<Cached<T, E>> {
+    fn newest(&self) -> Option<Newest<'_, T, E>> {
         let success_gen = self.success.as_ref().map_or(0, |d| d.generation);
         let failure_gen = self.failure.as_ref().map_or(0, |d| d.generation);
         match (&self.success, &self.failure) {
-            (Some(s), _) if s.generation >= generation && success_gen > failure_gen => {
-                Some(Ok((s.value.clone(), s.started)))
-            }
-            (_, Some(f)) if f.generation >= generation && failure_gen > success_gen => {
-                Some(Err(f.value.clone()))
-            }
+            (Some(s), _) if success_gen > failure_gen => Some(Newest::Success(s)),
+            (_, Some(f)) if failure_gen > success_gen => Some(Newest::Failure(f)),
             _ => None,
         }
+    }
+
+    /// The outcome of the newest finished collection if it is generation `gen` or newer.
+    pub(crate) fn outcome_since(&self, generation: u64) -> Option<Shared<T, E>> {
+        let newest = self.newest()?;
+        (newest.generation() >= generation).then(|| newest.share())
     }
 
     /// What the cache may serve at `now` without collecting: the newest outcome, if it is a
     /// success younger than `ttl` or a failure younger than `failure_ttl`. Ages run from the
     /// collection's start and the bounds are strict: at `age == ttl` the entry is stale.
+    /// A stale entry is not even referenced.
     pub(crate) fn cached_at(
         &self,
         now: Instant,
         ttl: Duration,
         failure_ttl: Duration,
-    ) -> Option<Cached<T, E>> {
+    ) -> Option<Shared<T, E>> {
         let fresh = |started: Instant, ttl: Duration| now.saturating_duration_since(started) < ttl;
-        let outcome = self.outcome_since(1)?;
-        match &outcome {
-            Ok((_, started)) if fresh(*started, ttl) => Some(outcome),
-            Err(_) => match &self.failure {
-                Some(f) if fresh(f.started, failure_ttl) => Some(outcome),
-                _ => None,
-            },
-            Ok(_) => None,
-        }
+        let newest = self.newest()?;
+        let is_fresh = match &newest {
+            Newest::Success(done) => fresh(done.started, ttl),
+            Newest::Failure(done) => fresh(done.started, failure_ttl),
+        };
+        is_fresh.then(|| newest.share())
+    }
+}
+
+impl<T, E> Drop for CacheState<T, E> {
+    /// The last handle (or the collection that outlived it) lets the cache go: the values'
+    /// `Drop` is user code, and may run on a worker thread.
+    fn drop(&mut self) {
+        drop_contained(DROP_VALUE, self.success.take());
+        drop_contained(DROP_ERROR, self.failure.take());
+    }
+}
+
+/// What [`copy_out`] calls, as its traces and errors name it.
+pub(crate) const CLONE_VALUE: &str = "the cached value's Clone";
+pub(crate) const DROP_VALUE: &str = "a cached value's Drop";
+const CLONE_ERROR: &str = "the cached error's Clone";
+pub(crate) const DROP_ERROR: &str = "a cached error's Drop";
+
+/// One caller's copy of a value the cache shares, made after the state lock is released.
+/// The `Clone` is user code: a panic in it is contained and traced, and becomes the
+/// caller's error. The reference is let go afterwards; if it was the last one (a newer
+/// collection replaced the value meanwhile), the value's `Drop` runs here, contained.
+pub(crate) fn copy_out<V: Clone>(what: &str, dropped: &str, shared: Arc<V>) -> Result<V, Panicked> {
+    let copied = catch_unwind(AssertUnwindSafe(|| V::clone(&shared)));
+    drop_contained(dropped, shared);
+    copied.map_err(|payload| {
+        let message = panic_message(&*payload);
+        drop_quietly(payload);
+        trace_panic(what, &message);
+        Panicked::new(format!("{what} panicked: {message}"))
+    })
+}
+
+/// A caller's copy of a shared outcome (see [`copy_out`]): the value with when its
+/// collection started, or the error. A `Clone` that panicked is a
+/// [`RefreshError::Panicked`] saying so.
+pub(crate) fn clone_out<T: Clone, E: Clone>(
+    shared: Shared<T, E>,
+) -> Result<(T, Instant), RefreshError<E>> {
+    match shared {
+        Ok((value, started)) => match copy_out(CLONE_VALUE, DROP_VALUE, value) {
+            Ok(value) => Ok((value, started)),
+            Err(panicked) => Err(RefreshError::Panicked(panicked)),
+        },
+        Err(failure) => match copy_out(CLONE_ERROR, DROP_ERROR, failure) {
+            Ok(failure) => Err(failure.into()),
+            Err(panicked) => Err(RefreshError::Panicked(panicked)),
+        },
     }
 }
 
@@ -145,7 +224,7 @@ impl<T, E> Flight<T, E> {
                     let done = Done {
                         generation,
                         started,
-                        value,
+                        value: Arc::new(value),
                     };
                     (state.success.replace(done), None)
                 }
@@ -153,7 +232,7 @@ impl<T, E> Flight<T, E> {
                     let done = Done {
                         generation,
                         started,
-                        value,
+                        value: Arc::new(value),
                     };
                     (None, state.failure.replace(done))
                 }

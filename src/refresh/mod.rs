@@ -33,6 +33,13 @@
 //! metrics. A collection that returns `Err` is not reported there: its error is served to
 //! callers from the cache and counted in `loopguard_refresh_runs_total` as `error`.
 //!
+//! # Your code under the cache
+//!
+//! The collection, and the value's and error's `Clone` and `Drop`, never run under the
+//! cache's lock, and a panic in any of them is contained (see [`Refresh`]): a `Clone` that
+//! looks at the cache (`stats()`, say) cannot deadlock it, and a `Drop` that panics cannot
+//! stop a caller from collecting again.
+//!
 //! # Metrics
 //!
 //! Counters with label `cache` (the name), registered with zeros when the cache is built:
@@ -54,11 +61,11 @@ use crate::deadline::Deadline;
 use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::lock;
+use crate::sync::{drop_contained, lock};
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
-use self::flight::{CacheCore, Flight, run_async, run_blocking};
+use self::flight::{CacheCore, Flight, Shared, clone_out, copy_out, run_async, run_blocking};
 
 /// A boxed `Send` future, as produced by an async collection.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -78,7 +85,7 @@ enum Source<T, E> {
 
 /// What one look at the state decided.
 enum Step<T, E> {
-    Hit(flight::Cached<T, E>),
+    Hit(Shared<T, E>),
     Join(u64),
     Start(u64),
 }
@@ -86,7 +93,18 @@ enum Step<T, E> {
 /// A single-flight TTL cache; see the [module docs](self). Built with
 /// [`Refresh::builder`]. A cheap handle (`Clone + Send + Sync`); clones share the cache.
 ///
-/// Values and errors are cloned out to each caller: wrap a large value in an `Arc`.
+/// Values and errors are cloned out to each caller: wrap a large value in an `Arc`. They
+/// are `Send + Sync`: the cache shares one copy between callers on any thread and clones it
+/// out after its lock is released.
+///
+/// # Panics
+///
+/// None of the value's or error's own code runs under the cache's lock. A `Clone` that
+/// panics while a caller's copy is made is contained: that caller gets
+/// [`RefreshError::Panicked`] naming the `Clone`, the cache keeps its value, and the next
+/// caller tries again. A `Drop` that panics (of a replaced value, of the cache's state when
+/// the last handle goes) is contained where it runs. Either leaves a line on stderr and
+/// counts in [`telemetry::contained_panics`](crate::telemetry::contained_panics).
 ///
 /// # Examples
 ///
@@ -133,14 +151,13 @@ impl<T, E> Clone for Refresh<T, E> {
 
 impl<T, E> fmt::Debug for Refresh<T, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Read before formatting: the formatter writes into the caller's sink, user code.
+        let in_flight = lock(&self.inner.core.state).in_flight.is_some();
         f.debug_struct("Refresh")
             .field("name", &self.name())
             .field("ttl", &self.inner.ttl)
             .field("failure_ttl", &self.inner.failure_ttl)
-            .field(
-                "in_flight",
-                &lock(&self.inner.core.state).in_flight.is_some(),
-            )
+            .field("in_flight", &in_flight)
             .finish()
     }
 }
@@ -164,8 +181,8 @@ impl Refresh<(), ()> {
 
 impl<T, E> Refresh<T, E>
 where
-    T: Clone + Send + 'static,
-    E: Clone + Send + 'static,
+    T: Clone + Send + Sync + 'static,
+    E: Clone + Send + Sync + 'static,
 {
     /// A fresh value, or the outcome of a collection this call joins or starts, within
     /// `deadline`; see the [module docs](self) for the order of the steps.
@@ -241,14 +258,24 @@ where
                 age: started.elapsed(),
                 stale_because: None,
             }),
-            Err(err) => match &lock(&self.inner.core.state).success {
-                Some(done) => Ok(Served {
-                    value: done.value.clone(),
-                    age: done.started.elapsed(),
-                    stale_because: Some(err),
-                }),
-                None => Err(err),
-            },
+            Err(err) => {
+                let last = lock(&self.inner.core.state)
+                    .success
+                    .as_ref()
+                    .map(|done| (done.value.clone(), done.started));
+                let Some((value, started)) = last else {
+                    return Err(err);
+                };
+                // Copied after the lock; a `Clone` that panics leaves the caller its error.
+                match copy_out(flight::CLONE_VALUE, flight::DROP_VALUE, value) {
+                    Ok(value) => Ok(Served {
+                        value,
+                        age: started.elapsed(),
+                        stale_because: Some(err),
+                    }),
+                    Err(_) => Err(err),
+                }
+            }
         }
     }
 
@@ -299,10 +326,15 @@ where
     /// ```
     #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
-        let state = lock(&self.inner.core.state);
-        match state.cached_at(now, self.inner.ttl, self.inner.failure_ttl) {
-            Some(Ok((value, _))) => Some(value),
-            _ => None,
+        let cached =
+            lock(&self.inner.core.state).cached_at(now, self.inner.ttl, self.inner.failure_ttl);
+        // Copied (or let go) after the lock: the value's `Clone` and `Drop` are user code.
+        match cached? {
+            Ok((value, _)) => copy_out(flight::CLONE_VALUE, flight::DROP_VALUE, value).ok(),
+            Err(failure) => {
+                drop_contained(flight::DROP_ERROR, failure);
+                None
+            }
         }
     }
 
@@ -321,9 +353,14 @@ where
             let step = {
                 let mut state = lock(&core.state);
                 let now = Instant::now();
-                match state.cached_at(now, inner.ttl, inner.failure_ttl) {
-                    Some(outcome) if !force => Step::Hit(outcome),
-                    _ => match state.in_flight {
+                let cached = if force {
+                    None
+                } else {
+                    state.cached_at(now, inner.ttl, inner.failure_ttl)
+                };
+                match cached {
+                    Some(outcome) => Step::Hit(outcome),
+                    None => match state.in_flight {
                         Some(generation) => Step::Join(generation),
                         None => {
                             let generation = state.next_gen;
@@ -337,7 +374,7 @@ where
             let generation = match step {
                 Step::Hit(outcome) => {
                     core.counters.hits.bump();
-                    return outcome.map_err(RefreshError::from);
+                    return clone_out(outcome);
                 }
                 Step::Start(generation) => return self.start(generation, deadline).await,
                 Step::Join(generation) => {
@@ -354,8 +391,9 @@ where
             if deadline.run(core.event.wait(ended)).await.is_err() {
                 return Err(self.expired());
             }
-            if let Some(outcome) = lock(&core.state).outcome_since(generation) {
-                return outcome.map_err(RefreshError::from);
+            let outcome = lock(&core.state).outcome_since(generation);
+            if let Some(outcome) = outcome {
+                return clone_out(outcome);
             }
             // The flight was given up without an outcome: look again, maybe start one.
         }
@@ -406,8 +444,9 @@ where
             }
         }
         // The collection stored its outcome before its job or runner finished.
-        match lock(&self.inner.core.state).outcome_since(generation) {
-            Some(outcome) => outcome.map_err(RefreshError::from),
+        let outcome = lock(&self.inner.core.state).outcome_since(generation);
+        match outcome {
+            Some(outcome) => clone_out(outcome),
             None => Err(RefreshError::Closed),
         }
     }
@@ -475,7 +514,7 @@ impl<T, E> Refresh<T, E> {
 }
 
 /// Builds the cache from a finished builder.
-fn assemble<T: Clone, E: Clone>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
+fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
         state: std::sync::Mutex::new(flight::CacheState::new()),

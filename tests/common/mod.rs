@@ -9,6 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+pub mod exposition;
+
 /// Defines a module `$name` with one test per executor: `smol`, `async_std`,
 /// `local_executor`, `block_on` and `tokio_current_thread`, each running the same body.
 #[macro_export]
