@@ -6,7 +6,9 @@
 //! gauges (each `outcome` label included) are created at build time with a zero value, so
 //! dashboards and alerts never see them missing; a histogram appears with its first
 //! observation, and a key's `loopguard_keyed_demand_avg` when the key is first published
-//! (keys are pruned when idle: keep them to a bounded set).
+//! (keys are pruned when idle: keep them to a bounded set). The ignored-header counters
+//! are created at the first header parse of the process, a retry budget's at its first
+//! use or naming.
 //!
 //! | name | type | labels |
 //! |---|---|---|
@@ -29,6 +31,8 @@
 //! | `loopguard_refresh_expired_waits_total` | counter | `cache` |
 //! | `loopguard_operation_duration_seconds` | histogram | `operation`, `outcome` = `success` / `deadline` / `cancelled` / `error` |
 //! | `loopguard_operations_in_flight` | gauge | `operation` |
+//! | `loopguard_ignored_budget_headers_total` | counter | `header` = `x-prometheus-scrape-timeout-seconds` / `x-envoy-expected-rq-timeout-ms` / `grpc-timeout` |
+//! | `loopguard_retry_budget_refused_total` | counter | `budget` |
 //! | `loopguard_loop_lag_seconds` | histogram | `loop` |
 //! | `loopguard_loop_slow_polls_total` | counter | `loop`, `task` |
 //!

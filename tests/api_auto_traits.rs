@@ -4,6 +4,7 @@ use loopguard::Panicked;
 use loopguard::orphan::{OrphanHandler, OrphanReceiver, Report};
 use loopguard::pool::Run;
 use loopguard::pool::{Job, Pool, PoolBuilder, PoolStats, RunError, Saturated, TryRunError};
+use loopguard::retry::RetryRun;
 
 fn send_sync<T: Send + Sync>() {}
 fn send<T: Send>() {}
@@ -40,6 +41,17 @@ fn public_types_are_send_and_sync() {
     send_sync::<loopguard::operation::Operation>();
     send_sync::<loopguard::retry::Decision>();
     send_sync::<loopguard::retry::Decide<fn(&u16) -> loopguard::retry::Decision>>();
+    send_sync::<loopguard::retry::RetryBudget>();
+    send_sync::<loopguard::retry::BoxedRule<std::io::Error>>();
+    send_sync::<loopguard::retry::Retry<loopguard::retry::BoxedRule<std::io::Error>>>();
+    send_sync::<
+        RetryRun<
+            fn(u32) -> std::future::Ready<Result<u32, String>>,
+            std::future::Ready<Result<u32, String>>,
+            loopguard::retry::BoxedRule<String>,
+            String,
+        >,
+    >();
     send_sync::<loopguard::lag::LoopLag>();
     send_sync::<loopguard::lag::LoopLagBuilder>();
     send_sync::<loopguard::lag::LagStats>();
@@ -78,4 +90,5 @@ fn errors_are_std_errors() {
     error::<RunError>();
     error::<Saturated<Closure>>();
     error::<TryRunError<Closure>>();
+    error::<loopguard::retry::RetryError<std::io::Error>>();
 }

@@ -128,9 +128,20 @@ proptest! {
         }
         prop_assert_eq!(Backoff::none().pause(n), Duration::ZERO);
 
-        // Building a retry policy from any numbers is fine; running it needs a deadline.
-        let retry = Retry::new().attempts(attempts).backoff(exp).attempt_timeout(timeout);
-        let _ = format!("{retry:?}");
+        // Building a retry policy from any numbers is fine but for zero attempts, which is
+        // refused, never clamped; running it needs a deadline.
+        match Retry::new().attempts(attempts) {
+            Ok(retry) => {
+                prop_assert!(attempts >= 1);
+                let retry = retry.backoff(exp).attempt_timeout(timeout).max_retry_after(timeout);
+                let text = format!("{retry:?}");
+                prop_assert!(text.contains(&format!("attempts: {attempts},")), "{}", text);
+            }
+            Err(err) => {
+                prop_assert_eq!(attempts, 0);
+                prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+            }
+        }
     }
 }
 

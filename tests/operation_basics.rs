@@ -245,6 +245,7 @@ fn retry_errors_are_classified() {
     let op = new_op("retry");
     let policy = Retry::new()
         .attempts(3)
+        .unwrap()
         .backoff(loopguard::retry::Backoff::fixed([Duration::from_secs(60)]));
     let out = future::block_on(op.measure(
         policy.run(Deadline::after(Duration::from_millis(20)), |_| async {

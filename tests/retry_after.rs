@@ -6,9 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{SLACK, assert_elapsed_near};
+use common::{SLACK, assert_elapsed_near, bounded};
 use loopguard::deadline::Deadline;
-use loopguard::retry::{AttemptError, Backoff, Decision, Retry, RetryError, ShouldRetry};
+use loopguard::retry::{
+    AttemptError, Backoff, BoxedRule, Decision, Retry, RetryError, ShouldRetry,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -62,7 +64,7 @@ on_every_executor! {
     /// A 20 ms hint is used instead of a 2 s backoff step.
     async fn the_hint_replaces_the_backoff_step() {
         let policy = Retry::new()
-            .attempts(3)
+            .attempts(3).unwrap()
             .backoff(Backoff::fixed([Duration::from_secs(2)]))
             .decide(decide);
         let (result, starts) =
@@ -76,7 +78,7 @@ on_every_executor! {
 on_every_executor! {
     /// With no backoff at all, a hint still makes the client wait as told.
     async fn a_hint_is_honoured_without_a_backoff() {
-        let policy = Retry::new().attempts(2).decide(decide);
+        let policy = Retry::new().attempts(2).unwrap().decide(decide);
         let (result, starts) = run_with(&policy, Deadline::never(), vec![refused(Some(ms(100)))]).await;
         assert_eq!(result, Ok(2));
         let pause = starts[1] - starts[0];
@@ -89,7 +91,7 @@ on_every_executor! {
     /// outcome and the last failure, without sleeping.
     async fn a_hint_past_the_deadline_ends_the_retry_at_once() {
         let policy = Retry::new()
-            .attempts(5)
+            .attempts(5).unwrap()
             .backoff(Backoff::fixed([ms(10)]))
             .decide(decide);
         let start = Instant::now();
@@ -109,7 +111,7 @@ on_every_executor! {
     /// A hint that fits is slept, and the next hint that does not ends the retry: the
     /// retry ends about 100 ms in, not at the 400 ms deadline.
     async fn a_fitting_hint_then_one_past_the_deadline() {
-        let policy = Retry::new().attempts(5).decide(decide);
+        let policy = Retry::new().attempts(5).unwrap().decide(decide);
         let start = Instant::now();
         let errors = vec![refused(Some(ms(100))), refused(Some(ms(1000)))];
         let (result, starts) = run_with(&policy, Deadline::after(ms(400)), errors).await;
@@ -122,7 +124,7 @@ on_every_executor! {
 on_every_executor! {
     /// No hint: the backoff decides; `Stop` ends the retry as not retryable.
     async fn without_a_hint_the_backoff_decides() {
-        let policy = Retry::new().attempts(3).backoff(Backoff::fixed([ms(80)])).decide(decide);
+        let policy = Retry::new().attempts(3).unwrap().backoff(Backoff::fixed([ms(80)])).decide(decide);
         let (result, starts) = run_with(&policy, Deadline::never(), vec![refused(None)]).await;
         assert_eq!(result, Ok(2));
         let pause = starts[1] - starts[0];
@@ -139,7 +141,7 @@ on_every_executor! {
     /// A zero hint retries at once; the attempt limit still ends the retry.
     async fn a_zero_hint_retries_at_once_within_the_attempt_limit() {
         let policy = Retry::new()
-            .attempts(3)
+            .attempts(3).unwrap()
             .backoff(Backoff::fixed([Duration::from_secs(5)]))
             .decide(decide);
         let start = Instant::now();
@@ -167,17 +169,120 @@ impl ShouldRetry<Refused> for OwnRule {
 
 on_every_executor! {
     async fn an_own_rule_gives_the_hint() {
-        let policy = Retry::new().attempts(3).retry_if_rule(OwnRule);
+        let policy = Retry::new().attempts(3).unwrap().retry_if_rule(OwnRule);
         let start = Instant::now();
         let error = refused(Some(Duration::from_secs(60)));
         let (result, _) = run_with(&policy, Deadline::after(Duration::from_secs(1)), vec![error]).await;
         assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
         assert!(start.elapsed() < ms(500));
 
+        // Boxed, the rule still gives its hint (and its verdict).
+        let boxed: Retry<BoxedRule<Refused>> = Retry::new().attempts(3).unwrap().retry_if_rule(OwnRule).boxed();
+        let start = Instant::now();
+        let error = refused(Some(Duration::from_secs(60)));
+        let (result, _) = run_with(&boxed, Deadline::after(Duration::from_secs(1)), vec![error]).await;
+        assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
+        assert!(start.elapsed() < ms(500));
+        let fatal = Refused { retry_after: None, retryable: false };
+        let (result, _) = run_with(&boxed, Deadline::never(), vec![fatal.clone()]).await;
+        assert_eq!(result, Err(RetryError::NotRetryable { attempts: 1, error: fatal }));
+
         // A closure rule has no hint: the (empty) backoff decides, and the retry succeeds.
-        let closure = Retry::new().attempts(3).retry_if(|e: &Refused| e.retryable);
+        let closure = Retry::new().attempts(3).unwrap().retry_if(|e: &Refused| e.retryable);
         let error = refused(Some(Duration::from_secs(60)));
         let (result, _) = run_with(&closure, Deadline::after(Duration::from_secs(1)), vec![error]).await;
         assert_eq!(result, Ok(2));
+    }
+}
+
+on_every_executor! {
+    /// The default cap: a server that asks for a minute and a second (or for a date 68
+    /// years ahead, as `header::retry_after` reads it) is not retried, and nothing sleeps,
+    /// even with no deadline at all; a minute exactly is within the cap.
+    async fn a_hint_beyond_the_default_cap_is_not_retried() {
+        let policy = Retry::new().attempts(3).unwrap().decide(decide);
+        let far = std::time::SystemTime::now() + Duration::from_secs(68 * 365 * 86_400);
+        let date = loopguard::header::retry_after(httpdate::fmt_http_date(far).as_bytes());
+        assert!(date.unwrap() > Duration::from_secs(2_000_000_000));
+        for hint in [Duration::from_secs(61), date.unwrap(), Duration::MAX] {
+            let start = Instant::now();
+            let error = refused(Some(hint));
+            // Bounded: a hint slept in full would never end.
+            let run = run_with(&policy, Deadline::never(), vec![error.clone()]);
+            let (result, starts) = bounded(Duration::from_secs(5), run).await;
+            assert_eq!(result, Err(RetryError::NotRetryable { attempts: 1, error }));
+            assert_eq!(starts.len(), 1);
+            assert!(start.elapsed() < SLACK, "waited {:?}", start.elapsed());
+        }
+        // At the cap, honoured: the retry would sleep a minute, so the deadline ends it.
+        let error = refused(Some(Duration::from_secs(60)));
+        let (result, _) = run_with(&policy, Deadline::after(ms(50)), vec![error]).await;
+        assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
+    }
+}
+
+on_every_executor! {
+    /// A cap of one's own: a hint up to it is slept, one beyond it ends the retry, on the
+    /// first attempt or a later one, whatever the attempt limit.
+    async fn a_hint_up_to_the_cap_is_slept_and_beyond_it_ends_the_retry() {
+        let policy = Retry::new().attempts(5).unwrap().max_retry_after(ms(60)).decide(decide);
+        let errors = vec![refused(Some(ms(60))), refused(Some(ms(61)))];
+        let start = Instant::now();
+        let (result, starts) = run_with(&policy, Deadline::never(), errors.clone()).await;
+        assert_eq!(result, Err(RetryError::NotRetryable { attempts: 2, error: errors[1].clone() }));
+        assert_eq!(starts.len(), 2);
+        let pause = starts[1] - starts[0];
+        assert!(pause >= ms(60) && pause < ms(60) + SLACK, "paused {pause:?}");
+        assert!(start.elapsed() < ms(60) + SLACK);
+        // On the last attempt too: "do not retry" is said, not "exhausted".
+        let last = Retry::new().attempts(1).unwrap().max_retry_after(ms(60)).decide(decide);
+        let (result, _) = run_with(&last, Deadline::never(), vec![errors[1].clone()]).await;
+        assert!(matches!(result, Err(RetryError::NotRetryable { attempts: 1, .. })), "{result:?}");
+        // A zero cap retries only on zero hints.
+        let zero = Retry::new().attempts(3).unwrap().max_retry_after(Duration::ZERO).decide(decide);
+        let (result, _) = run_with(&zero, Deadline::never(), vec![refused(Some(Duration::ZERO))]).await;
+        assert_eq!(result, Ok(2));
+    }
+}
+
+/// A gRPC answer: `UNAVAILABLE`, with the server's `grpc-retry-pushback-ms` if it sent one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Unavailable {
+    pushback: Option<&'static [u8]>,
+}
+
+fn pushback(e: &Unavailable) -> Decision {
+    e.pushback
+        .map_or(Decision::Retry, loopguard::header::retry_pushback)
+}
+
+on_every_executor! {
+    /// Server pushback through a rule: a delay replaces the backoff, a negative value or
+    /// garbage is "do not retry", no pushback leaves the backoff to decide.
+    async fn server_pushback_decides_the_retry() {
+        let policy = Retry::new()
+            .attempts(3).unwrap()
+            .backoff(Backoff::fixed([Duration::from_secs(5)]))
+            .decide(pushback);
+        let start = Instant::now();
+        let result = policy
+            .run(Deadline::never(), |n| async move {
+                if n == 1 { Err(Unavailable { pushback: Some(b"40") }) } else { Ok(n) }
+            })
+            .await;
+        assert_eq!(result.map(|s| s.value), Ok(2));
+        assert!(start.elapsed() >= ms(40) && start.elapsed() < ms(40) + SLACK);
+        for stop in [&b"-1"[..], b"abc", b"10, 20"] {
+            let start = Instant::now();
+            let error = Unavailable { pushback: Some(stop) };
+            let result = policy.run(Deadline::never(), |_| async { Err::<(), _>(error.clone()) }).await;
+            assert_eq!(result, Err(RetryError::NotRetryable { attempts: 1, error: error.clone() }));
+            assert!(start.elapsed() < SLACK);
+        }
+        // No pushback: the 5 s backoff would be slept, so a 50 ms deadline ends the retry.
+        let result = policy
+            .run(Deadline::after(ms(50)), |_| async { Err::<(), _>(Unavailable { pushback: None }) })
+            .await;
+        assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })), "{result:?}");
     }
 }

@@ -126,9 +126,24 @@ fn errors_display_and_chain() {
 }
 
 #[test]
+fn zero_attempts_are_refused_not_clamped() {
+    let err = Retry::new().attempts(0).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "a retry's attempts must be at least 1, not 0"
+    );
+    // The default makes three.
+    assert!(format!("{:?}", Retry::new()).contains("attempts: 3"));
+}
+
+#[test]
 fn policy_is_debug_clone_and_futures_are_send() {
     fn send<T: Send>(_: &T) {}
-    let policy = Retry::new().attempts(0).retry_if(|e: &Failure| e.retryable);
+    let policy = Retry::new()
+        .attempts(1)
+        .unwrap()
+        .retry_if(|e: &Failure| e.retryable);
     let text = format!("{:?}", policy.clone());
     assert!(text.contains("attempts: 1"), "{text}");
     let fut = policy.run(Deadline::never(), |n| async move { Err::<(), _>(fail(n)) });
@@ -140,6 +155,7 @@ on_every_executor!(transient_failures_then_success, async {
     let (tx, rx) = mpsc::channel();
     let out = Retry::new()
         .attempts(5)
+        .unwrap()
         .backoff(Backoff::fixed([ms(5)]))
         .run(Deadline::after(Duration::from_secs(10)), move |n| {
             tx.send(n).expect("receiver alive");
@@ -161,6 +177,7 @@ on_every_executor!(persistent_failures_are_exhausted, async {
     let start = Instant::now();
     let out = Retry::new()
         .attempts(3)
+        .unwrap()
         .backoff(Backoff::fixed([ms(20)]))
         .run(Deadline::after(Duration::from_secs(10)), move |n| {
             tx.send(n).expect("receiver alive");
@@ -177,9 +194,10 @@ on_every_executor!(persistent_failures_are_exhausted, async {
     assert!(start.elapsed() >= ms(40), "two pauses were skipped");
     assert_eq!(reported(&rx), [1, 2, 3]);
 
-    // `attempts(0)` still makes one attempt.
+    // `attempts(1)` makes one attempt and no retry.
     let out = Retry::new()
-        .attempts(0)
+        .attempts(1)
+        .unwrap()
         .run(Deadline::never(), |n| async move { Err::<(), _>(fail(n)) })
         .await;
     assert_eq!(out.map_err(|e| e.attempts()), Err(1));
@@ -189,6 +207,7 @@ on_every_executor!(non_retryable_error_stops_at_once, async {
     let (tx, rx) = mpsc::channel();
     let out = Retry::new()
         .attempts(10)
+        .unwrap()
         .retry_if(|e: &Failure| e.retryable)
         .run(Deadline::after(Duration::from_secs(10)), move |n| {
             tx.send(n).expect("receiver alive");
@@ -223,6 +242,7 @@ on_every_executor!(
         let start = Instant::now();
         let out = Retry::new()
             .attempts(10)
+            .unwrap()
             .attempt_timeout(ms(200))
             .backoff(Backoff::fixed([ms(300)]))
             .run(Deadline::after(ms(900)), move |n| {
@@ -265,6 +285,7 @@ on_every_executor!(no_attempt_after_expiry, async {
     let deadline = Deadline::after(ms(100));
     let out = Retry::new()
         .attempts(1000)
+        .unwrap()
         .run(deadline, move |n| {
             tx.send(n).expect("receiver alive");
             ready_late(Instant::now() + ms(30), Err::<(), _>(fail(n)))
@@ -325,6 +346,7 @@ on_every_executor!(dropping_during_backoff_starts_no_attempt, async {
     let mut fut = Box::pin(
         Retry::new()
             .attempts(5)
+            .unwrap()
             .backoff(Backoff::fixed([ms(150)]))
             .run(Deadline::after(Duration::from_secs(10)), move |n| {
                 tx.send(n).expect("receiver alive");

@@ -54,7 +54,7 @@ fn retry_returns_a_failure_that_lands_at_its_deadline_and_starts_nothing_after()
         let counted = made.clone();
         let out = future::block_on(bounded(
             LIMIT,
-            Retry::new().attempts(3).run(deadline, move |_| {
+            Retry::new().attempts(3).unwrap().run(deadline, move |_| {
                 counted.fetch_add(1, Ordering::SeqCst);
                 let job = job.take().expect("one attempt only");
                 LandsAtDeadline {
@@ -93,6 +93,7 @@ fn retry_refuses_a_success_that_lands_at_its_deadline() {
             LIMIT,
             Retry::new()
                 .attempts(1)
+                .unwrap()
                 .run(deadline, move |_| LandsAtDeadline {
                     inner: job.take().expect("one attempt"),
                     deadline,
@@ -137,7 +138,7 @@ fn a_fallible_err_through_run_within_in_an_attempt_is_returned_or_reported_once(
         });
         let out = future::block_on(bounded(
             LIMIT,
-            Retry::new().attempts(1).run(deadline, move |_| {
+            Retry::new().attempts(1).unwrap().run(deadline, move |_| {
                 let release = release.take().expect("one attempt");
                 let walk = attempt_pool.run_within(
                     deadline,

@@ -62,6 +62,7 @@ async fn cancel_to_return(n: usize) -> Vec<f64> {
     let ex = smol::LocalExecutor::new();
     let policy = Retry::new()
         .attempts(3)
+        .unwrap()
         .backoff(Backoff::fixed([Duration::from_secs(1)]));
     ex.run(async {
         let mut samples = Vec::with_capacity(n);

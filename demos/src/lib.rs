@@ -8,6 +8,8 @@
 //!   load, `/healthz` probed meanwhile); [`client`]: a minimal HTTP/1.1 client for it and
 //!   the tests.
 //! - [`catalog`]: a catalog client on smol (`examples/catalog_client.rs`).
+//! - [`outage`]: a scripted outage and callers retrying into it, with and without a retry
+//!   budget (`examples/retry_budget.rs`).
 //! - [`cli`]: command-line parsing shared by the demos; [`testing`]: helpers for their tests;
 //!   [`faults`]: code made to panic at random, for the soak.
 #![forbid(unsafe_code)]
@@ -19,5 +21,6 @@ pub mod cli;
 pub mod client;
 pub mod exporter;
 pub mod faults;
+pub mod outage;
 pub mod storm;
 pub mod testing;

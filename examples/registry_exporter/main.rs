@@ -269,6 +269,5 @@ async fn cardinality_loop(app: Rc<App>) {
 /// The earliest of the server's budget and each one the caller sent (Prometheus', Envoy's,
 /// gRPC's), less the offset.
 fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
-    let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-    request_deadline(lookup, config.scrape_budget, config.timeout_offset)
+    request_deadline(headers, config.scrape_budget, config.timeout_offset)
 }

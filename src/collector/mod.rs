@@ -40,9 +40,10 @@ use refresh::ReadRefresh;
 /// Every encode of the registry reads them. Each source is read once however often it is
 /// given (a layer on a pool's slots and that pool, for instance). Names must differ within
 /// a kind, as with the `metrics` facade: two pools both named `render` would give the
-/// registry the same series twice. Shields and operations are not collected: a shield's
-/// `loopguard_orphaned_failures_total` and the `loopguard_operation*` series go through the
-/// `metrics` facade only.
+/// registry the same series twice. Shields, operations, retry budgets and header parsing
+/// are not collected: a shield's `loopguard_orphaned_failures_total`, the
+/// `loopguard_operation*` series, `loopguard_retry_budget_refused_total` and
+/// `loopguard_ignored_budget_headers_total` go through the `metrics` facade only.
 ///
 /// # Honest numbers
 ///

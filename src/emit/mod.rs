@@ -114,6 +114,21 @@ pub(crate) const REFRESH_EXPIRED_WAITS_TOTAL: &str = "loopguard_refresh_expired_
 /// Label naming the [`Refresh`](crate::refresh::Refresh) cache a series belongs to.
 pub(crate) const LABEL_CACHE: &str = "cache";
 
+/// Counter: values of a timeout header that were not a timeout, ignored by
+/// [`header::request_deadline`](crate::header::request_deadline) and
+/// [`header::scrape_deadline`](crate::header::scrape_deadline). Label `header`, one of the
+/// three timeout headers' lowercase names.
+pub(crate) const IGNORED_BUDGET_HEADERS_TOTAL: &str = "loopguard_ignored_budget_headers_total";
+
+/// Label naming the request header a series counts.
+pub(crate) const LABEL_HEADER: &str = "header";
+
+/// Counter: retries a [`RetryBudget`](crate::retry::RetryBudget) refused. Label `budget`.
+pub(crate) const RETRY_BUDGET_REFUSED_TOTAL: &str = "loopguard_retry_budget_refused_total";
+
+/// Label naming the retry budget a series belongs to.
+pub(crate) const LABEL_BUDGET: &str = "budget";
+
 /// Histogram: seconds a [`LoopLag`](crate::lag::LoopLag) probe woke after its timer was due,
 /// one observation per tick. Label `loop`.
 pub(crate) const LOOP_LAG_SECONDS: &str = "loopguard_loop_lag_seconds";
@@ -235,6 +250,12 @@ pub(crate) fn help(name: &str) -> &'static str {
         REFRESH_EXPIRED_WAITS_TOTAL => {
             "Calls of a refresh cache whose deadline ended before a value was ready."
         }
+        IGNORED_BUDGET_HEADERS_TOTAL => {
+            "Values of a timeout header that were not a timeout, ignored for the budget."
+        }
+        RETRY_BUDGET_REFUSED_TOTAL => {
+            "Retries a retry budget refused: the call ended with its last failure."
+        }
         LOOP_LAG_SECONDS => "Time the loop's lag probe woke after its timer was due.",
         LOOP_SLOW_POLLS_TOTAL => {
             "Polls of an instrumented task that held the loop past the slow-poll threshold."
@@ -290,6 +311,16 @@ fn describe_all() {
         REFRESH_EXPIRED_WAITS_TOTAL,
         Unit::Count,
         help(REFRESH_EXPIRED_WAITS_TOTAL)
+    );
+    describe_counter!(
+        IGNORED_BUDGET_HEADERS_TOTAL,
+        Unit::Count,
+        help(IGNORED_BUDGET_HEADERS_TOTAL)
+    );
+    describe_counter!(
+        RETRY_BUDGET_REFUSED_TOTAL,
+        Unit::Count,
+        help(RETRY_BUDGET_REFUSED_TOTAL)
     );
     describe_histogram!(LOOP_LAG_SECONDS, Unit::Seconds, help(LOOP_LAG_SECONDS));
     describe_counter!(
@@ -458,6 +489,8 @@ mod tests {
             REFRESH_HITS_TOTAL,
             REFRESH_JOINS_TOTAL,
             REFRESH_EXPIRED_WAITS_TOTAL,
+            IGNORED_BUDGET_HEADERS_TOTAL,
+            RETRY_BUDGET_REFUSED_TOTAL,
             LOOP_LAG_SECONDS,
             LOOP_SLOW_POLLS_TOTAL,
         ] {

@@ -6,13 +6,39 @@
 //! | header | sent by | format |
 //! |---|---|---|
 //! | [`SCRAPE_TIMEOUT_HEADER`] | Prometheus, on every scrape | seconds, decimal (`10`, `0.5`) |
-//! | `x-envoy-expected-rq-timeout-ms` | Envoy (Istio), on routed requests | whole milliseconds (`15000`) |
-//! | `grpc-timeout` | gRPC clients | 1 to 8 digits and a unit `H` `M` `S` `m` `u` `n` (`500m`) |
+//! | `x-envoy-expected-rq-timeout-ms` | Envoy (Istio), on routed requests | whole milliseconds (`15000`); `0` is Envoy's "no timeout" |
+//! | `grpc-timeout` | gRPC clients | 1 to 8 digits and a unit `H` `M` `S` `m` `u` `n` (`500m`); `0S` has already expired |
 //!
-//! Each is outside input, parsed with the same rules: a value counts only when it is a
-//! finite, positive duration that fits a [`Duration`] (surrounding ASCII whitespace
-//! allowed); anything else (missing, empty, zero, negative, not a number, out of range,
-//! not UTF-8) is ignored. Parsing never panics.
+//! Each is outside input, parsed with the same rules: a value counts when it is a finite,
+//! positive duration that fits a [`Duration`] (surrounding ASCII whitespace allowed), or a
+//! gRPC zero, which gRPC sends for a deadline that has already passed: the budget is then
+//! zero, a deadline expired on arrival (nothing should start for it), never the server's
+//! default. Anything else (empty, negative, not a number, out of range, not UTF-8, a zero
+//! of the other two) is ignored. Parsing never panics.
+//!
+//! # Every line, every element
+//!
+//! A budget a caller declared is a ceiling, however it is sent. Every line of every
+//! timeout header counts, and a line is read as a comma-separated list, because a proxy
+//! may fold several lines into one (RFC 9110, section 5.3: `grpc-timeout: 10S, 1S` is the
+//! two lines `10S` and `1S`). The budget is the earliest of all of them: each element
+//! counts on its own, an invalid one is ignored like an invalid line, and empty elements
+//! are skipped (RFC 9110, section 5.6.1). A decimal comma is no exception: a scrape
+//! timeout of `1,5` reads as 1 s and 5 s, and 1 s is spent, within the 1.5 s such a caller
+//! meant.
+//!
+//! # Ignored input is counted and said once
+//!
+//! Each ignored value (an element that is not a value of its header, or a line with no
+//! element at all) counts in `loopguard_ignored_budget_headers_total{header}`, the header
+//! being one of the three names above in lowercase (a fixed set: other headers are never
+//! looked at); the three series are created with a zero at the first call of
+//! [`request_deadline`] or [`scrape_deadline`]. The first ignored value of each header in
+//! the process is also logged (a `warn` through the `log` facade, target `loopguard`), its
+//! value cut to 32 bytes and escaped, so a misconfigured proxy is seen without a flood. An
+//! Envoy `0` is Envoy's own "no timeout": ignored, not counted.
+//!
+//! # Budgets
 //!
 //! A budget is `min(default, timeout - offset)`: the server's own default, cut by what the
 //! caller said less an `offset` kept for encoding, sending and parsing the answer. The
@@ -22,8 +48,9 @@
 //! answer is quick, say a cached one; refusing at once never could).
 //! [`request_deadline`] spends the earliest of all three headers at once.
 //!
-//! The other way round, a server that turns a caller away says when to come back in
-//! `Retry-After`; [`retry_after`] reads it, with the same never-panic rules, for a
+//! The other way round, a server that turns a caller away says when to come back:
+//! [`retry_after`] reads HTTP's `Retry-After`, [`retry_pushback`] gRPC's
+//! `grpc-retry-pushback-ms`, with the same never-panic rules, for a
 //! [`Retry`](crate::retry::Retry) rule to honour.
 //!
 //! # Examples
@@ -32,15 +59,14 @@
 //! use std::time::Duration;
 //! use loopguard::header::{request_deadline, SCRAPE_TIMEOUT_HEADER};
 //!
-//! // Any header map works: give a lookup by name (compare names case-insensitively).
-//! let headers = [(SCRAPE_TIMEOUT_HEADER, "10"), ("x-envoy-expected-rq-timeout-ms", "3000")];
-//! let lookup = |name: &str| {
-//!     headers
-//!         .iter()
-//!         .find(|(n, _)| n.eq_ignore_ascii_case(name))
-//!         .map(|(_, v)| v.as_bytes())
-//! };
-//! let deadline = request_deadline(lookup, Duration::from_secs(30), Duration::from_millis(500));
+//! // Any header map works: give its (name, value) pairs, every line of every header.
+//! // (With `http`, that is `request_deadline(request.headers(), ..)`.)
+//! let headers = [
+//!     (SCRAPE_TIMEOUT_HEADER, "10"),
+//!     ("x-envoy-expected-rq-timeout-ms", "3000"),
+//!     ("grpc-timeout", "20S, 8S"), // folded by a proxy: two timeouts
+//! ];
+//! let deadline = request_deadline(headers, Duration::from_secs(30), Duration::from_millis(500));
 //! // Envoy's 3 s is the earliest: 2.5 s left after the offset.
 //! assert!(deadline.remaining().unwrap() <= Duration::from_millis(2500));
 //! ```
@@ -48,6 +74,14 @@
 use std::time::{Duration, SystemTime};
 
 use crate::deadline::Deadline;
+use crate::retry::Decision;
+
+mod ignored;
+mod parse;
+
+pub(crate) use parse::{Said, Timeout};
+#[cfg(all(test, not(loopguard_loom)))]
+pub(crate) use parse::{envoy_timeout, grpc_timeout, scrape_timeout};
 
 /// The request header in which Prometheus sends its scrape timeout, in seconds.
 ///
@@ -64,47 +98,12 @@ pub const SCRAPE_TIMEOUT_HEADER: &str = "X-Prometheus-Scrape-Timeout-Seconds";
 
 /// The request header in which Envoy sends the time it will wait for the upstream, in
 /// whole milliseconds.
+#[cfg(all(test, not(loopguard_loom)))]
 pub(crate) const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
 
 /// The request header in which a gRPC client sends its deadline as a timeout.
+#[cfg(all(test, not(loopguard_loom)))]
 pub(crate) const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
-
-/// The timeout in an [`SCRAPE_TIMEOUT_HEADER`] value: a finite, positive decimal number of
-/// seconds (`"10"`, `"0.5"`, `"1e1"`), or `None`.
-pub(crate) fn scrape_timeout(value: &[u8]) -> Option<Duration> {
-    let text = std::str::from_utf8(value.trim_ascii()).ok()?;
-    let seconds: f64 = text.parse().ok()?;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return None;
-    }
-    // Values too big for a `Duration` are an error here, not a panic.
-    positive(Duration::try_from_secs_f64(seconds).ok()?)
-}
-
-/// The timeout in an [`ENVOY_TIMEOUT_HEADER`] value: a positive whole number of
-/// milliseconds (ASCII digits only), or `None`.
-pub(crate) fn envoy_timeout(value: &[u8]) -> Option<Duration> {
-    let millis = digits(value.trim_ascii(), 20)?;
-    positive(Duration::from_millis(millis))
-}
-
-/// The timeout in a [`GRPC_TIMEOUT_HEADER`] value: 1 to 8 ASCII digits followed by a unit
-/// (`H` hours, `M` minutes, `S` seconds, `m` milliseconds, `u` microseconds, `n`
-/// nanoseconds), positive, or `None`.
-pub(crate) fn grpc_timeout(value: &[u8]) -> Option<Duration> {
-    let (unit, number) = value.trim_ascii().split_last()?;
-    let amount = digits(number, 8)?;
-    let timeout = match unit {
-        b'H' => Duration::from_secs(amount.checked_mul(3600)?),
-        b'M' => Duration::from_secs(amount.checked_mul(60)?),
-        b'S' => Duration::from_secs(amount),
-        b'm' => Duration::from_millis(amount),
-        b'u' => Duration::from_micros(amount),
-        b'n' => Duration::from_nanos(amount),
-        _ => return None,
-    };
-    positive(timeout)
-}
 
 /// How long to spend on a request whose caller sent `timeout`: `min(default, timeout -
 /// offset)`, where the offset takes at most half of the timeout; `default` when there is
@@ -126,8 +125,8 @@ pub(crate) fn grpc_timeout(value: &[u8]) -> Option<Duration> {
 /// served in time (a cached answer, a quick job, an idle pool); half its time is a fair
 /// guess, and a request that cannot finish in it is refused when the budget runs out.
 ///
-/// The budget is greater than zero whenever `default` is (a timeout is positive), and
-/// never exceeds `default`.
+/// The budget is greater than zero whenever `default` and the timeout are, and never
+/// exceeds either; a zero timeout (gRPC's expired deadline) is a zero budget.
 pub(crate) fn budget(timeout: Option<Duration>, default: Duration, offset: Duration) -> Duration {
     match timeout {
         // `timeout - timeout / 2` is at least half the timeout, rounded up: positive for
@@ -137,19 +136,48 @@ pub(crate) fn budget(timeout: Option<Duration>, default: Duration, offset: Durat
     }
 }
 
-/// The budget for one scrape: [`budget`] of the [`scrape_timeout`] in `value`, the raw
-/// [`SCRAPE_TIMEOUT_HEADER`] value if the request had one.
-pub(crate) fn scrape_budget(value: Option<&[u8]>, default: Duration, offset: Duration) -> Duration {
-    budget(value.and_then(scrape_timeout), default, offset)
+/// The earliest timeout in `values`, every element of every value of `header`; each
+/// ignored one goes to `ignored`.
+fn earliest<V: AsRef<[u8]>>(
+    header: Timeout,
+    values: impl IntoIterator<Item = V>,
+    ignored: &mut impl FnMut(Timeout, &[u8]),
+) -> Option<Duration> {
+    let mut earliest: Option<Duration> = None;
+    for value in values {
+        header.each(value.as_ref(), |element, said| match said {
+            Said::Timeout(t) => earliest = Some(earliest.map_or(t, |e| e.min(t))),
+            Said::NoTimeout => {}
+            Said::Invalid => ignored(header, element),
+        });
+    }
+    earliest
+}
+
+/// The budget of one scrape: [`budget`] of the earliest scrape timeout in `values` (every
+/// line of the request's [`SCRAPE_TIMEOUT_HEADER`]).
+pub(crate) fn scrape_budget<V: AsRef<[u8]>>(
+    values: impl IntoIterator<Item = V>,
+    default: Duration,
+    offset: Duration,
+    mut ignored: impl FnMut(Timeout, &[u8]),
+) -> Duration {
+    budget(
+        earliest(Timeout::Scrape, values, &mut ignored),
+        default,
+        offset,
+    )
 }
 
 /// The budget of one scrape as a deadline from now: `min(default, timeout - offset)` for
-/// the timeout in `value` (the raw [`SCRAPE_TIMEOUT_HEADER`] value, if the request had one),
-/// the offset taking at most half of that timeout; `default` when there is none or it is
-/// invalid.
+/// the earliest timeout in `values` (every line of the request's
+/// [`SCRAPE_TIMEOUT_HEADER`], each read as a list), the offset taking at most half of that
+/// timeout; `default` when there is none or none is valid.
 ///
 /// Call it when the request arrives, before any queue, so the wait for a slot spends the
-/// same budget as the work.
+/// same budget as the work. Ignored values are counted and the first one logged (see the
+/// [module docs](self#ignored-input-is-counted-and-said-once)). For a request that may
+/// also carry Envoy's or gRPC's timeout, use [`request_deadline`].
 ///
 /// # Examples
 ///
@@ -157,77 +185,109 @@ pub(crate) fn scrape_budget(value: Option<&[u8]>, default: Duration, offset: Dur
 /// use std::time::Duration;
 /// use loopguard::header::scrape_deadline;
 ///
-/// let deadline = scrape_deadline(Some(b"10"), Duration::from_secs(30), Duration::from_millis(500));
+/// let (default, offset) = (Duration::from_secs(30), Duration::from_millis(500));
+/// let deadline = scrape_deadline(Some(b"10"), default, offset);
 /// assert!(deadline.remaining().unwrap() <= Duration::from_millis(9500));
+/// // Two lines (or one folded line): the earlier one counts.
+/// let deadline = scrape_deadline(["10", "2"], default, offset);
+/// assert!(deadline.remaining().unwrap() <= Duration::from_millis(1500));
 /// ```
-pub fn scrape_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
-    Deadline::after(scrape_budget(value, default, offset))
-}
-
-/// A deadline from now: [`budget`] of the [`envoy_timeout`] in `value`, the raw
-/// [`ENVOY_TIMEOUT_HEADER`] value if the request had one.
-#[cfg(test)]
-pub(crate) fn envoy_deadline(
-    value: Option<&[u8]>,
+pub fn scrape_deadline<V: AsRef<[u8]>>(
+    values: impl IntoIterator<Item = V>,
     default: Duration,
     offset: Duration,
 ) -> Deadline {
-    Deadline::after(budget(value.and_then(envoy_timeout), default, offset))
-}
-
-/// A deadline from now: [`budget`] of the [`grpc_timeout`] in `value`, the raw
-/// [`GRPC_TIMEOUT_HEADER`] value if the request had one.
-#[cfg(test)]
-pub(crate) fn grpc_deadline(value: Option<&[u8]>, default: Duration, offset: Duration) -> Deadline {
-    Deadline::after(budget(value.and_then(grpc_timeout), default, offset))
+    ignored::create_series();
+    Deadline::after(scrape_budget(values, default, offset, ignored::report))
 }
 
 /// The budget of a request that may carry any of the three headers: [`budget`] of the
-/// earliest valid timeout among them, so never above any timeout the request sent.
-/// `lookup` returns a header's raw value by name (matching names case-insensitively, as
-/// HTTP header maps do).
-pub(crate) fn request_budget<'a>(
-    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+/// earliest timeout among every element of every line of them, so never above any timeout
+/// the request sent. `headers` are the request's (name, value) pairs; names are compared
+/// case-insensitively, and other headers are skipped. Each ignored value goes to
+/// `ignored`.
+pub(crate) fn request_budget<N, V>(
+    headers: impl IntoIterator<Item = (N, V)>,
     default: Duration,
     offset: Duration,
-) -> Duration {
-    type Parse = fn(&[u8]) -> Option<Duration>;
-    let parsers: [(&str, Parse); 3] = [
-        (SCRAPE_TIMEOUT_HEADER, scrape_timeout),
-        (ENVOY_TIMEOUT_HEADER, envoy_timeout),
-        (GRPC_TIMEOUT_HEADER, grpc_timeout),
-    ];
-    parsers
-        .iter()
-        .map(|(name, parse)| budget(lookup(name).and_then(parse), default, offset))
-        .min()
-        .unwrap_or(default)
+    mut ignored: impl FnMut(Timeout, &[u8]),
+) -> Duration
+where
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    let mut timeout: Option<Duration> = None;
+    for (name, value) in headers {
+        let Some(header) = Timeout::named(name.as_ref()) else {
+            continue;
+        };
+        if let Some(t) = earliest(header, [value], &mut ignored) {
+            timeout = Some(timeout.map_or(t, |e| e.min(t)));
+        }
+    }
+    // `budget` grows with the timeout: the earliest timeout gives the earliest budget.
+    budget(timeout, default, offset)
 }
 
 /// The earliest budget of all three headers (Prometheus', Envoy's, gRPC's), each less
 /// `offset` (at most half of it) and at most `default`, as a deadline from now. Call it
 /// when the request arrives, before any queue.
 ///
+/// `headers` are the request's (name, value) pairs, one per header line, as any header
+/// map iterates them: `request.headers()` for an `http::HeaderMap` (its iterator gives
+/// every line of a header sent more than once), or a slice of pairs. Every line of each
+/// timeout header counts, each read as a comma-separated list (see the
+/// [module docs](self#every-line-every-element)); names are compared case-insensitively
+/// and other headers are skipped. A gRPC zero (`grpc-timeout: 0S`) is a deadline that has
+/// already expired. Ignored values are counted and the first of each header logged.
+///
 /// # Examples
 ///
-/// See the [module docs](self).
-pub fn request_deadline<'a>(
-    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::request_deadline;
+///
+/// let (default, offset) = (Duration::from_secs(30), Duration::from_millis(500));
+/// // A header sent twice: the earlier line is the ceiling, not the first one.
+/// let headers = [("grpc-timeout", "10S"), ("grpc-timeout", "1S")];
+/// let deadline = request_deadline(headers, default, offset);
+/// assert!(deadline.remaining().unwrap() <= Duration::from_millis(500));
+/// // gRPC's zero: the caller's deadline has already passed.
+/// assert!(request_deadline([("grpc-timeout", "0S")], default, offset).is_expired());
+/// // Garbage is ignored (and counted): the server's default.
+/// let deadline = request_deadline([("grpc-timeout", "soon")], default, offset);
+/// assert!(deadline.remaining().unwrap() > Duration::from_secs(29));
+/// ```
+pub fn request_deadline<N, V>(
+    headers: impl IntoIterator<Item = (N, V)>,
     default: Duration,
     offset: Duration,
-) -> Deadline {
-    Deadline::after(request_budget(lookup, default, offset))
+) -> Deadline
+where
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    ignored::create_series();
+    Deadline::after(request_budget(headers, default, offset, ignored::report))
 }
 
 /// The response header in which a server says how long to wait before trying again
 /// (RFC 9110, section 10.2.3): whole seconds (`120`) or an HTTP-date.
-#[cfg(test)]
+#[cfg(all(test, not(loopguard_loom)))]
 pub(crate) const RETRY_AFTER_HEADER: &str = "Retry-After";
+
+/// The response metadata in which a gRPC server says when to retry, or not to.
+#[cfg(all(test, not(loopguard_loom)))]
+pub(crate) const RETRY_PUSHBACK_HEADER: &str = "grpc-retry-pushback-ms";
 
 /// How long to wait, from now, as a `Retry-After` value says: delay-seconds (1
 /// to 20 ASCII digits, `0` included: try again at once) or an HTTP-date (the three forms
 /// RFC 9110 allows, parsed by [`httpdate`]; a date in the past means at once). Anything else
 /// (empty, signed, fractional, overflowing, not UTF-8) is `None`. Never panics.
+///
+/// What a server asks for is not capped here (a date 68 years ahead is 68 years): a
+/// [`Retry`](crate::retry::Retry) caps the hints it honours
+/// ([`Retry::max_retry_after`](crate::retry::Retry::max_retry_after)).
 ///
 /// # Examples
 ///
@@ -244,33 +304,42 @@ pub(crate) const RETRY_AFTER_HEADER: &str = "Retry-After";
 /// assert_eq!(retry_after(b"1.5"), None);
 /// ```
 pub fn retry_after(value: &[u8]) -> Option<Duration> {
-    retry_after_at(value, SystemTime::now())
+    parse::retry_after_at(value, SystemTime::now())
 }
 
-/// [`retry_after`] as seen at `now`: an HTTP-date is counted from `now`.
-pub(crate) fn retry_after_at(value: &[u8], now: SystemTime) -> Option<Duration> {
-    let raw = value.trim_ascii();
-    if raw.first().is_some_and(u8::is_ascii_digit) {
-        // delay-seconds: 1*DIGIT; `digits` refuses anything else and any overflow.
-        return digits(raw, 20).map(Duration::from_secs);
-    }
-    let date = httpdate::parse_http_date(std::str::from_utf8(raw).ok()?).ok()?;
-    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// 1 to `max` ASCII digits as a number, or `None` (no sign, no other character, no
-/// overflow).
-fn digits(raw: &[u8], max: usize) -> Option<u64> {
-    if raw.is_empty() || raw.len() > max || !raw.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    raw.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
-}
-
-fn positive(timeout: Duration) -> Option<Duration> {
-    (!timeout.is_zero()).then_some(timeout)
+/// What a gRPC server's `grpc-retry-pushback-ms` says, as gRPC reads it (gRFC A6): a
+/// non-negative whole number of milliseconds is [`Decision::RetryAfter`] that long; a
+/// negative number, or anything that is not a number (empty, fractional, overflowing an
+/// `i64`, a folded list of two values), is [`Decision::Stop`], "do not retry". Surrounding
+/// ASCII whitespace and a leading `+` are allowed. Never panics.
+///
+/// A response without the header has no pushback: keep your own rule's answer then
+/// ([`Decision::Retry`] for a retryable status). A response with several values is not
+/// retried by gRPC either: answer `Decision::Stop` for it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard::header::retry_pushback;
+/// use loopguard::retry::{Decision, Retry};
+///
+/// assert_eq!(retry_pushback(b"250"), Decision::RetryAfter(Duration::from_millis(250)));
+/// assert_eq!(retry_pushback(b"-1"), Decision::Stop);
+/// assert_eq!(retry_pushback(b"soon"), Decision::Stop);
+///
+/// /// An `UNAVAILABLE` answer and its trailer, if the server sent one.
+/// #[derive(Debug)]
+/// struct Unavailable { pushback: Option<Vec<u8>> }
+///
+/// let policy = Retry::new().decide(|e: &Unavailable| match &e.pushback {
+///     Some(value) => retry_pushback(value),
+///     None => Decision::Retry,
+/// });
+/// # let _ = policy;
+/// ```
+pub fn retry_pushback(value: &[u8]) -> Decision {
+    parse::retry_pushback(value)
 }
 
 #[cfg(all(test, not(loopguard_loom)))]

@@ -8,7 +8,12 @@
 //! - a backoff pause is cut at the deadline, and then no further attempt starts;
 //! - an attempt whose result lands at or after the deadline is not a success;
 //! - a server's "retry after D" (see [`Retry::decide`]) replaces the backoff step, and if
-//!   it would land at or after the deadline the retry ends at once, without sleeping.
+//!   it would land at or after the deadline the retry ends at once, without sleeping; one
+//!   longer than [`Retry::max_retry_after`] (a minute by default) is not retried at all.
+//!
+//! A [`RetryBudget`] shared by every call to one dependency ([`Retry::budget`]) keeps
+//! retries within a fraction of first attempts, so that an outage is not multiplied by
+//! each caller's attempt limit.
 //!
 //! Like every deadline in this crate, expiry is cooperative: it is seen when the
 //! retry future is polled, never by interrupting an attempt's thread.
@@ -37,7 +42,7 @@
 //!
 //! # futures_lite::future::block_on(async {
 //! let policy = Retry::new()
-//!     .attempts(4)
+//!     .attempts(4)?
 //!     .backoff(Backoff::exponential(Duration::from_millis(1), Duration::from_millis(8)))
 //!     .attempt_timeout(Duration::from_millis(300));
 //! let deadline = Deadline::after(Duration::from_secs(1));
@@ -49,30 +54,31 @@
 //!     .await
 //!     .unwrap();
 //! assert_eq!((done.value, done.attempts), (30, 3));
-//! # });
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
 //! ```
 
-use std::error::Error;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::io;
 use std::time::Duration;
 
-use futures_lite::ready;
-
-use crate::deadline::{self, Deadline, Expired, Sleep};
-
-/// Whether a pause of `after` from now would end at or after `deadline`.
-fn ends_past(deadline: Deadline, after: Duration) -> bool {
-    deadline.remaining().is_some_and(|left| after >= left)
-}
+use crate::deadline::Deadline;
 
 mod backoff;
+mod budget;
+mod error;
 mod rule;
+mod run;
 
 pub use backoff::Backoff;
-pub use rule::{AlwaysRetry, Decide, Decision, ShouldRetry};
+pub use budget::RetryBudget;
+pub use error::{AttemptError, RetryError, Success};
+pub use rule::{AlwaysRetry, BoxedRule, Decide, Decision, ShouldRetry};
+pub use run::RetryRun;
+
+/// How long a server's hint is honoured by default: a minute.
+const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// A retry policy: attempts, backoff, per-attempt timeout and which errors to retry.
 ///
@@ -86,21 +92,25 @@ pub use rule::{AlwaysRetry, Decide, Decision, ShouldRetry};
 /// use loopguard::retry::{Backoff, Retry};
 ///
 /// let policy = Retry::new()
-///     .attempts(5)
+///     .attempts(5)?
 ///     .backoff(Backoff::fixed([Duration::from_millis(50), Duration::from_millis(200)]))
 ///     .retry_if(|e: &io::Error| e.kind() != io::ErrorKind::InvalidInput);
 /// let _copy = policy.clone();
+/// # Ok::<(), io::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Retry<P = AlwaysRetry> {
     attempts: u32,
     backoff: Backoff,
     attempt_timeout: Option<Duration>,
+    max_retry_after: Duration,
+    budget: Option<RetryBudget>,
     retry_if: P,
 }
 
 impl Retry {
-    /// Three attempts, no backoff, no per-attempt timeout, every error retried.
+    /// Three attempts, no backoff, no per-attempt timeout, every error retried, a server's
+    /// hint honoured up to a minute, no retry budget.
     ///
     /// # Examples
     ///
@@ -115,6 +125,8 @@ impl Retry {
             attempts: 3,
             backoff: Backoff::none(),
             attempt_timeout: None,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            budget: None,
             retry_if: AlwaysRetry,
         }
     }
@@ -132,26 +144,42 @@ impl<P> fmt::Debug for Retry<P> {
             .field("attempts", &self.attempts)
             .field("backoff", &self.backoff)
             .field("attempt_timeout", &self.attempt_timeout)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
 
 impl<P> Retry<P> {
-    /// The most attempts to make, the first one included.
+    /// The most attempts to make, the first one included: at least 1 (`1` makes no
+    /// retry).
     ///
-    /// At least one attempt is always allowed: `0` is taken as `1`.
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for `0`: a call always makes its first attempt, and
+    /// a limit it cannot honour is refused rather than taken as `1`.
     ///
     /// # Examples
     ///
     /// ```
     /// use loopguard::retry::Retry;
     ///
-    /// let once = Retry::new().attempts(0); // same as `.attempts(1)`
+    /// let once = Retry::new().attempts(1)?;
+    /// let err = Retry::new().attempts(0).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// assert_eq!(err.to_string(), "a retry's attempts must be at least 1, not 0");
     /// # let _ = once;
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn attempts(mut self, attempts: u32) -> Self {
-        self.attempts = attempts.max(1);
-        self
+    pub fn attempts(mut self, attempts: u32) -> io::Result<Self> {
+        if attempts == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a retry's attempts must be at least 1, not 0",
+            ));
+        }
+        self.attempts = attempts;
+        Ok(self)
     }
 
     /// The pauses between attempts.
@@ -190,6 +218,56 @@ impl<P> Retry<P> {
         self
     }
 
+    /// The longest server hint honoured (a [`Decision::RetryAfter`], a rule's
+    /// [`ShouldRetry::retry_after`]): a minute by default. A hint longer than this is a
+    /// "do not retry": the retry ends at once with [`RetryError::NotRetryable`] and the
+    /// error that carried it, rather than sleeping for as long as the server asked (a
+    /// `Retry-After` date 68 years ahead) or retrying sooner than it allows. A hint equal
+    /// to it is honoured. Under a deadline, a hint that would end past the deadline ends
+    /// the retry too, with [`RetryError::Deadline`].
+    ///
+    /// `Duration::MAX` honours any hint; `Duration::ZERO` retries only on hints of zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::retry::{Decision, Retry, RetryError};
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// // The server asks for an hour; the policy waits at most 10 s: not retried.
+    /// let policy = Retry::new()
+    ///     .max_retry_after(Duration::from_secs(10))
+    ///     .decide(|_: &&str| Decision::RetryAfter(Duration::from_secs(3600)));
+    /// let result = policy.run(Deadline::never(), |_| async { Err::<(), _>("busy") }).await;
+    /// assert!(matches!(result, Err(RetryError::NotRetryable { attempts: 1, error: "busy" })));
+    /// # });
+    /// ```
+    pub fn max_retry_after(mut self, longest: Duration) -> Self {
+        self.max_retry_after = longest;
+        self
+    }
+
+    /// Shares `budget` with every call of this policy (and of any other policy given a
+    /// clone of it): each call's first attempt deposits, each retry withdraws, and a retry
+    /// the budget cannot pay for is not made: the call ends with
+    /// [`RetryError::BudgetExhausted`] and its last failure. The withdrawal comes last,
+    /// once the rule, the attempt limit, the hint and the deadline all allow the retry,
+    /// and before its pause; a retry whose pause the deadline then cuts has spent its
+    /// token, as in Finagle and tower. See [`RetryBudget`] for when to leave it off.
+    ///
+    /// The budget's name is fixed from here on (see [`RetryBudget::named`]).
+    ///
+    /// # Examples
+    ///
+    /// See [`RetryBudget`].
+    pub fn budget(mut self, budget: RetryBudget) -> Self {
+        budget.seal();
+        self.budget = Some(budget);
+        self
+    }
+
     /// Which errors deserve another attempt; the others end the retry at once with
     /// [`RetryError::NotRetryable`]. By default every error is retried.
     ///
@@ -218,8 +296,11 @@ impl<P> Retry<P> {
     /// the deadline: no sleep that can only end in expiry.
     ///
     /// The rule is asked twice about an error it retries (whether, then when): keep it a
-    /// plain function of the error. Under [`Deadline::never`] a hint is slept in full,
-    /// however long the server asked for: give calls that honour servers' hints a deadline.
+    /// plain function of the error. A hint is honoured up to
+    /// [`max_retry_after`](Retry::max_retry_after) (a minute by default), even under
+    /// [`Deadline::never`]; a longer one ends the retry as not retryable. A gRPC server's
+    /// `grpc-retry-pushback-ms` reads as a `Decision` with
+    /// [`header::retry_pushback`](crate::header::retry_pushback).
     ///
     /// # Examples
     ///
@@ -232,7 +313,7 @@ impl<P> Retry<P> {
     /// #[derive(Debug)]
     /// struct Unavailable { retry_after: Option<Duration> }
     ///
-    /// let policy = Retry::new().attempts(3).decide(|e: &Unavailable| {
+    /// let policy = Retry::new().attempts(3)?.decide(|e: &Unavailable| {
     ///     e.retry_after.map_or(Decision::Retry, Decision::RetryAfter)
     /// });
     /// # futures_lite::future::block_on(async {
@@ -246,6 +327,7 @@ impl<P> Retry<P> {
     /// assert!(matches!(result, Err(RetryError::Deadline { attempts: 1, .. })));
     /// assert!(start.elapsed() < Duration::from_millis(500));
     /// # });
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn decide<E, Q>(self, rule: Q) -> Retry<Decide<Q>>
     where
@@ -266,11 +348,31 @@ impl<P> Retry<P> {
     /// # let _ = policy;
     /// ```
     pub fn retry_if_rule<R>(self, rule: R) -> Retry<R> {
+        self.map_rule(|_| rule)
+    }
+
+    /// The same policy with its rule behind a [`BoxedRule`]: a type a struct can name
+    /// (`Retry<BoxedRule<E>>`) whatever closure the rule is, with no cast.
+    ///
+    /// # Examples
+    ///
+    /// See [`BoxedRule`].
+    pub fn boxed<E>(self) -> Retry<BoxedRule<E>>
+    where
+        P: ShouldRetry<E> + Send + Sync + 'static,
+    {
+        self.map_rule(BoxedRule::new)
+    }
+
+    /// The same policy with the rule `change` makes of this one's.
+    fn map_rule<R>(self, change: impl FnOnce(P) -> R) -> Retry<R> {
         Retry {
             attempts: self.attempts,
             backoff: self.backoff,
             attempt_timeout: self.attempt_timeout,
-            retry_if: rule,
+            max_retry_after: self.max_retry_after,
+            budget: self.budget,
+            retry_if: change(self.retry_if),
         }
     }
 
@@ -293,7 +395,7 @@ impl<P> Retry<P> {
     ///
     /// # futures_lite::future::block_on(async {
     /// let result = Retry::new()
-    ///     .attempts(2)
+    ///     .attempts(2)?
     ///     .run(Deadline::after(Duration::from_secs(1)), |_| async { Err::<(), _>("down") })
     ///     .await;
     /// assert!(matches!(result, Err(RetryError::Exhausted { attempts: 2, .. })));
@@ -309,348 +411,15 @@ impl<P> Retry<P> {
     ///     })
     ///     .await;
     /// assert_eq!(rows.unwrap().value, 7);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
-    pub fn run<T, E, F, Fut>(&self, deadline: Deadline, attempt: F) -> Run<F, Fut, P, E>
+    pub fn run<T, E, F, Fut>(&self, deadline: Deadline, attempt: F) -> RetryRun<F, Fut, P, E>
     where
         P: ShouldRetry<E> + Clone,
         F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        Run {
-            policy: self.clone(),
-            deadline,
-            make: attempt,
-            started: 0,
-            last: None,
-            done: false,
-            sleep: None,
-            attempt: None,
-        }
-    }
-}
-
-/// A successful retry: the value and the number of attempts it took.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::retry::Success;
-///
-/// let s = Success { value: "ok", attempts: 2 };
-/// assert_eq!(s.attempts, 2);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Success<T> {
-    /// What the successful attempt returned.
-    pub value: T,
-    /// Attempts started, the successful one included.
-    pub attempts: u32,
-}
-
-/// How one attempt failed.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::retry::AttemptError;
-///
-/// let e: AttemptError<&str> = AttemptError::TimedOut;
-/// assert_eq!(e.to_string(), "attempt timed out");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AttemptError<E> {
-    /// The attempt returned an error.
-    Failed(E),
-    /// The attempt ran out of its own timeout ([`Retry::attempt_timeout()`]).
-    TimedOut,
-}
-
-impl<E> fmt::Display for AttemptError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            AttemptError::Failed(_) => "attempt failed",
-            AttemptError::TimedOut => "attempt timed out",
-        })
-    }
-}
-
-impl<E: Error + 'static> Error for AttemptError<E> {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        match self {
-            AttemptError::Failed(e) => Some(e),
-            AttemptError::TimedOut => None,
-        }
-    }
-}
-
-/// Why a retry ended without success.
-///
-/// `attempts` always counts the attempts that were started.
-///
-/// # Examples
-///
-/// ```
-/// use loopguard::retry::{AttemptError, RetryError};
-///
-/// let e: RetryError<&str> = RetryError::Deadline { attempts: 2, last: Some(AttemptError::TimedOut) };
-/// assert!(e.is_deadline());
-/// assert_eq!(e.attempts(), 2);
-/// assert_eq!(e.to_string(), "deadline expired after 2 attempts");
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RetryError<E> {
-    /// The deadline passed: before an attempt could start, during a pause, or while an
-    /// attempt ran (a result that came at or after the deadline is dropped).
-    Deadline {
-        /// Attempts started, the one the deadline cut included.
-        attempts: u32,
-        /// How the last attempt that ended before the deadline failed, if any did.
-        last: Option<AttemptError<E>>,
-    },
-    /// Every allowed attempt failed with a retryable error.
-    Exhausted {
-        /// Attempts started: the policy's limit.
-        attempts: u32,
-        /// How the last attempt failed.
-        last: AttemptError<E>,
-    },
-    /// An attempt failed with an error the policy does not retry.
-    NotRetryable {
-        /// Attempts started, the failing one included.
-        attempts: u32,
-        /// The error.
-        error: E,
-    },
-}
-
-impl<E> RetryError<E> {
-    /// The number of attempts that were started.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use loopguard::retry::RetryError;
-    ///
-    /// assert_eq!(RetryError::NotRetryable { attempts: 1, error: "bad" }.attempts(), 1);
-    /// ```
-    pub fn attempts(&self) -> u32 {
-        match self {
-            RetryError::Deadline { attempts, .. }
-            | RetryError::Exhausted { attempts, .. }
-            | RetryError::NotRetryable { attempts, .. } => *attempts,
-        }
-    }
-
-    /// Whether the deadline ended the retry.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use loopguard::retry::RetryError;
-    ///
-    /// assert!(RetryError::<()>::Deadline { attempts: 0, last: None }.is_deadline());
-    /// ```
-    pub fn is_deadline(&self) -> bool {
-        matches!(self, RetryError::Deadline { .. })
-    }
-
-    /// The error returned by the last failed attempt, if it returned one.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use loopguard::retry::{AttemptError, RetryError};
-    ///
-    /// let e = RetryError::Exhausted { attempts: 3, last: AttemptError::Failed("down") };
-    /// assert_eq!(e.error(), Some(&"down"));
-    /// ```
-    pub fn error(&self) -> Option<&E> {
-        match self {
-            RetryError::Deadline {
-                last: Some(AttemptError::Failed(e)),
-                ..
-            }
-            | RetryError::Exhausted {
-                last: AttemptError::Failed(e),
-                ..
-            }
-            | RetryError::NotRetryable { error: e, .. } => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl<E> fmt::Display for RetryError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.attempts();
-        let s = if n == 1 { "" } else { "s" };
-        match self {
-            RetryError::Deadline { .. } => write!(f, "deadline expired after {n} attempt{s}"),
-            RetryError::Exhausted { .. } => write!(f, "all {n} attempt{s} failed"),
-            RetryError::NotRetryable { .. } => write!(f, "attempt {n} failed and is not retried"),
-        }
-    }
-}
-
-impl<E: Error + 'static> Error for RetryError<E> {
-    fn source(&self) -> Option<&(dyn Error + 'static)> {
-        match self {
-            RetryError::Deadline { last, .. } => last.as_ref().map(|e| e as _),
-            RetryError::Exhausted { last, .. } => Some(last),
-            RetryError::NotRetryable { error, .. } => Some(error),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// Future for [`Retry::run()`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping it drops the running attempt or pause; no further attempt starts.
-    ///
-    /// # Panics
-    ///
-    /// Panics if polled again after it completed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use loopguard::deadline::Deadline;
-    /// use loopguard::retry::{Retry, Run};
-    ///
-    /// # futures_lite::future::block_on(async {
-    /// let policy = Retry::new();
-    /// let fut = policy.run(Deadline::never(), |n| async move { Ok::<u32, ()>(n) });
-    /// println!("{fut:?}");
-    /// assert_eq!(fut.await.unwrap().value, 1);
-    /// # });
-    /// ```
-    #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct Run<F, Fut, P, E> {
-        policy: Retry<P>,
-        deadline: Deadline,
-        make: F,
-        started: u32,
-        last: Option<AttemptError<E>>,
-        done: bool,
-        sleep: Option<Sleep>,
-        #[pin]
-        attempt: Option<deadline::Run<Fut>>,
-    }
-}
-
-/// The deadline ended the retry: the last failure goes back to the caller.
-fn deadline_error<E>(last: &mut Option<AttemptError<E>>, attempts: u32) -> RetryError<E> {
-    RetryError::Deadline {
-        attempts,
-        last: last.take(),
-    }
-}
-
-impl<F, Fut, P, E> fmt::Debug for Run<F, Fut, P, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = if self.done {
-            "done"
-        } else if self.attempt.is_some() {
-            "attempt"
-        } else if self.sleep.is_some() {
-            "backoff"
-        } else {
-            "idle"
-        };
-        f.debug_struct("Run")
-            .field("policy", &self.policy)
-            .field("deadline", &self.deadline)
-            .field("attempts", &self.started)
-            .field("state", &state)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<F, Fut, P, T, E> Future for Run<F, Fut, P, E>
-where
-    F: FnMut(u32) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    P: ShouldRetry<E>,
-{
-    type Output = Result<Success<T>, RetryError<E>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        assert!(!*this.done, "`Run` polled after completion");
-        let deadline = *this.deadline;
-        let outcome = loop {
-            if let Some(running) = this.attempt.as_mut().as_pin_mut() {
-                let result = ready!(running.poll(cx));
-                this.attempt.set(None);
-                let n = *this.started;
-                let mut hint = None;
-                let failure = match result {
-                    // A success that lands after the deadline is too late: refused, and
-                    // dropped with its `Drop` contained. A late `Err` is still returned,
-                    // inside the error: no failure of an attempt is dropped on the way out.
-                    Ok(Ok(value)) if deadline.is_expired() => {
-                        crate::sync::drop_contained("a refused late output", value);
-                        break Err(deadline_error(this.last, n));
-                    }
-                    Ok(Ok(value)) => break Ok(Success { value, attempts: n }),
-                    Ok(Err(error)) if !this.policy.retry_if.should_retry(&error) => {
-                        break Err(RetryError::NotRetryable { attempts: n, error });
-                    }
-                    Ok(Err(error)) => {
-                        hint = this.policy.retry_if.retry_after(&error);
-                        AttemptError::Failed(error)
-                    }
-                    Err(Expired) if deadline.is_expired() => {
-                        break Err(deadline_error(this.last, n));
-                    }
-                    Err(Expired) => AttemptError::TimedOut,
-                };
-                if n >= this.policy.attempts {
-                    break Err(RetryError::Exhausted {
-                        attempts: n,
-                        last: failure,
-                    });
-                }
-                // A server's hint replaces the backoff step; one that ends at or after
-                // the deadline ends the retry now rather than sleeping into expiry.
-                let pause = match hint {
-                    Some(after) if ends_past(deadline, after) => {
-                        let last = Some(failure);
-                        break Err(RetryError::Deadline { attempts: n, last });
-                    }
-                    Some(after) => after,
-                    None => this.policy.backoff.pause(n - 1),
-                };
-                *this.last = Some(failure);
-                if !pause.is_zero() {
-                    *this.sleep = Some(deadline.sleep(pause));
-                }
-            }
-            if let Some(sleep) = this.sleep.as_mut() {
-                let slept = ready!(Pin::new(sleep).poll(cx));
-                *this.sleep = None;
-                if slept.is_err() {
-                    break Err(deadline_error(this.last, *this.started));
-                }
-            }
-            // Nothing starts after expiry.
-            if deadline.is_expired() {
-                break Err(deadline_error(this.last, *this.started));
-            }
-            *this.started += 1;
-            let attempt_deadline = match this.policy.attempt_timeout {
-                Some(timeout) => deadline.min(Deadline::after(timeout)),
-                None => deadline,
-            };
-            let future = (this.make)(*this.started);
-            this.attempt.set(Some(attempt_deadline.run(future)));
-        };
-        *this.done = true;
-        Poll::Ready(outcome)
+        RetryRun::new(self.clone(), deadline, attempt)
     }
 }

@@ -22,10 +22,9 @@ impl AdmissionConfig {
     /// already in its extensions (put there by an outer layer); `None` if neither.
     pub(crate) fn deadline<B>(&self, request: &Request<B>) -> Option<Deadline> {
         let outer = request.extensions().get::<Deadline>().copied();
-        let own = self.deadline.map(|(default, offset)| {
-            let lookup = |name: &str| request.headers().get(name).map(|v| v.as_bytes());
-            header::request_deadline(lookup, default, offset)
-        });
+        let own = self
+            .deadline
+            .map(|(default, offset)| header::request_deadline(request.headers(), default, offset));
         match (own, outer) {
             (Some(own), Some(outer)) => Some(own.min(outer)),
             (own, outer) => own.or(outer),

@@ -16,7 +16,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Uri, header};
 use loopguard::deadline::Deadline;
 use loopguard::operation::{Classify, Measure, Operation, Outcome};
-use loopguard::retry::{Backoff, Decide, Decision, Retry, RetryError};
+use loopguard::retry::{Backoff, BoxedRule, Decision, Retry, RetryError};
 use smol_hyper::rt::FuturesIo;
 
 /// Spawns a connection's background future on the caller's executor.
@@ -155,7 +155,7 @@ type Sender = SendRequest<Empty<Bytes>>;
 
 struct Inner {
     authority: String,
-    retry: Retry<Decide<Rule>>,
+    retry: Retry<BoxedRule<FetchError>>,
     budget: Duration,
     semaphore: Arc<Semaphore>,
     pool: Pool,
@@ -169,8 +169,6 @@ struct Inner {
 pub struct Client {
     inner: Arc<Inner>,
 }
-
-type Rule = fn(&FetchError) -> Decision;
 
 /// A 503 is retried, when the server says (`Retry-After`) or else after the backoff.
 fn retryable(error: &FetchError) -> Decision {
@@ -207,8 +205,10 @@ impl Client {
     ) -> Result<Client, String> {
         let mut retry = Retry::new()
             .attempts(config.attempts)
+            .map_err(|e| e.to_string())?
             .backoff(Backoff::fixed(config.backoff.iter().copied()))
-            .decide(retryable as Rule);
+            .decide(retryable)
+            .boxed();
         if let Some(timeout) = config.attempt_timeout {
             retry = retry.attempt_timeout(timeout);
         }

@@ -236,8 +236,7 @@ fn walk_failed(walked: Walked<impl Sized>, pool: &str, what: &str) -> Reply {
 /// sent (Prometheus' scrape timeout, Envoy's expected request timeout, gRPC's timeout), less
 /// the offset.
 fn deadline(headers: &HeaderMap, config: &Config) -> Deadline {
-    let lookup = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
-    request_deadline(lookup, config.scrape_budget, config.scrape_timeout_offset)
+    request_deadline(headers, config.scrape_budget, config.scrape_timeout_offset)
 }
 
 /// Routes one request.

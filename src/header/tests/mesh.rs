@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use crate::header::{
-    ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER, budget, envoy_deadline,
-    envoy_timeout, grpc_deadline, grpc_timeout, request_budget, scrape_timeout,
+    ENVOY_TIMEOUT_HEADER, GRPC_TIMEOUT_HEADER, SCRAPE_TIMEOUT_HEADER, budget, envoy_timeout,
+    grpc_timeout, request_budget, request_deadline, scrape_timeout,
 };
 use proptest::prelude::*;
 
-use super::{DEFAULT, OFFSET, durations, ms};
+use super::{DEFAULT, OFFSET, durations, ms, quiet};
 
 #[test]
 fn header_names() {
@@ -71,6 +71,11 @@ fn grpc_values() {
         (b"7n", Duration::from_nanos(7)),
         (b"99999999H", Duration::from_secs(99_999_999 * 3600)), // 8 digits, the most
         (b" 5S ", Duration::from_secs(5)),
+        // Zero: a deadline that has already passed, as gRPC means it.
+        (b"0S", Duration::ZERO),
+        (b"00000m", Duration::ZERO),
+        (b"0n", Duration::ZERO),
+        (b"0H", Duration::ZERO),
     ];
     for (raw, want) in counts {
         let got = grpc_timeout(raw);
@@ -80,9 +85,9 @@ fn grpc_values() {
         b"",
         b"S",
         b"10",         // no unit
-        b"0S",         // zero
-        b"00000m",     // zero
+        b"0",          // no unit
         b"-1S",        // sign
+        b"-0S",        // sign
         b"+1S",        // sign
         b"1.5S",       // fraction
         b"1s",         // lower-case s is not a unit
@@ -112,40 +117,52 @@ fn budgets_and_deadlines() {
         budget(grpc_timeout(b"1S"), DEFAULT, Duration::ZERO),
         ms(1_000)
     );
-    let d = envoy_deadline(Some(b"2000"), DEFAULT, OFFSET);
+    let d = request_deadline([(ENVOY_TIMEOUT_HEADER, "2000")], DEFAULT, OFFSET);
     let left = d.remaining().expect("a real deadline");
     assert!(left <= ms(1_500) && left > ms(500), "{left:?}");
-    let d = grpc_deadline(Some(b"nonsense"), DEFAULT, OFFSET);
+    let d = request_deadline([(GRPC_TIMEOUT_HEADER, "nonsense")], DEFAULT, OFFSET);
     assert!(d.remaining().expect("a real deadline") <= DEFAULT);
 }
 
-/// A lookup over `headers`, matching names case-insensitively like an HTTP header map.
-fn lookup<'a>(headers: &'a [(&'a str, &'a [u8])]) -> impl Fn(&str) -> Option<&'a [u8]> + 'a {
-    move |name| {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| *v)
+#[test]
+fn a_zero_grpc_timeout_has_already_expired() {
+    // gRPC sends a zero for a deadline that passed before the request was sent: the budget
+    // is zero, whatever the other headers and the default say, never the default.
+    for value in ["0S", "0m", "0n", "000M"] {
+        let headers = [(SCRAPE_TIMEOUT_HEADER, "10"), (GRPC_TIMEOUT_HEADER, value)];
+        assert_eq!(
+            request_budget(headers, DEFAULT, OFFSET, quiet),
+            Duration::ZERO,
+            "{value}"
+        );
+        let deadline = request_deadline(headers, DEFAULT, OFFSET);
+        assert!(deadline.is_expired(), "{value}: {deadline:?}");
+        assert_eq!(deadline.remaining(), Some(Duration::ZERO));
     }
+    // Envoy's zero is its "no timeout", and Prometheus never sends one: neither expires.
+    let headers = [(ENVOY_TIMEOUT_HEADER, "0"), (SCRAPE_TIMEOUT_HEADER, "0")];
+    assert_eq!(request_budget(headers, DEFAULT, OFFSET, quiet), DEFAULT);
 }
 
 #[test]
 fn the_earliest_header_wins() {
-    let headers: &[(&str, &[u8])] = &[
-        ("x-prometheus-scrape-timeout-seconds", b"10"),
-        ("X-Envoy-Expected-Rq-Timeout-Ms", b"3000"),
-        ("grpc-timeout", b"5S"),
+    let headers = [
+        ("x-prometheus-scrape-timeout-seconds", "10"),
+        ("X-Envoy-Expected-Rq-Timeout-Ms", "3000"),
+        ("grpc-timeout", "5S"),
+        ("x-unrelated", "1"),
     ];
-    assert_eq!(request_budget(lookup(headers), DEFAULT, OFFSET), ms(2_500));
+    assert_eq!(request_budget(headers, DEFAULT, OFFSET, quiet), ms(2_500));
     // A malformed header does not count; the others still do.
-    let headers: &[(&str, &[u8])] = &[
-        (SCRAPE_TIMEOUT_HEADER, b"10"),
-        (ENVOY_TIMEOUT_HEADER, b"-1"),
-        (GRPC_TIMEOUT_HEADER, b"3"),
+    let headers = [
+        (SCRAPE_TIMEOUT_HEADER, "10"),
+        (ENVOY_TIMEOUT_HEADER, "-1"),
+        (GRPC_TIMEOUT_HEADER, "3"),
     ];
-    assert_eq!(request_budget(lookup(headers), DEFAULT, OFFSET), ms(9_500));
+    assert_eq!(request_budget(headers, DEFAULT, OFFSET, quiet), ms(9_500));
     // None at all: the default.
-    assert_eq!(request_budget(|_| None, DEFAULT, OFFSET), DEFAULT);
+    let none: [(&str, &str); 0] = [];
+    assert_eq!(request_budget(none, DEFAULT, OFFSET, quiet), DEFAULT);
 }
 
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -179,24 +196,32 @@ proptest! {
                                              offset in durations()) {
         let got = budget(grpc_timeout(&raw), default, offset);
         prop_assert!(got <= default);
-        if !default.is_zero() {
+        // Only a zero timeout (already expired) gives a zero budget from a positive default.
+        if !default.is_zero() && grpc_timeout(&raw) != Some(Duration::ZERO) {
             prop_assert!(!got.is_zero());
         }
         if let Some(t) = grpc_timeout(&raw) {
-            prop_assert!(!t.is_zero());
+            prop_assert!(got <= t);
             prop_assert!(raw.trim_ascii().len() <= 9);
+            let digits = &raw.trim_ascii()[..raw.trim_ascii().len() - 1];
+            prop_assert_eq!(t.is_zero(), digits.iter().all(|&d| d == b'0'));
         }
     }
 
     #[test]
     fn the_combined_budget_is_the_minimum(scrape in bytes(), envoy in bytes(), grpc in bytes(),
                                           default in durations(), offset in durations()) {
+        // Values without a comma (a comma makes a list: `lines` tests those).
+        let no_comma = |v: Vec<u8>| -> Vec<u8> {
+            v.into_iter().map(|b| if b == b',' { b';' } else { b }).collect()
+        };
+        let (scrape, envoy, grpc) = (no_comma(scrape), no_comma(envoy), no_comma(grpc));
         let headers: [(&str, &[u8]); 3] = [
             (SCRAPE_TIMEOUT_HEADER, &scrape),
             (ENVOY_TIMEOUT_HEADER, &envoy),
             (GRPC_TIMEOUT_HEADER, &grpc),
         ];
-        let combined = request_budget(lookup(&headers), default, offset);
+        let combined = request_budget(headers, default, offset, quiet);
         let each = [
             budget(scrape_timeout(&scrape), default, offset),
             budget(envoy_timeout(&envoy), default, offset),

@@ -1,15 +1,22 @@
 //! The header parsers' tables and property tests, inside the crate: most of the parsers
-//! they pin are crate-private (the public API is `request_deadline`, `scrape_deadline` and
-//! `retry_after`).
+//! they pin are crate-private (the public API is `request_deadline`, `scrape_deadline`,
+//! `retry_after` and `retry_pushback`).
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 
+use crate::header::Timeout;
+
 mod ceiling;
+mod lines;
 mod mesh;
+mod pushback;
 mod retry_after;
 mod scrape;
+
+/// An `ignored` callback that drops what it hears.
+fn quiet(_: Timeout, _: &[u8]) {}
 
 /// The server's own budget in the tables.
 const DEFAULT: Duration = Duration::from_secs(30);

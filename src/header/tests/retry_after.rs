@@ -4,7 +4,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::header::{RETRY_AFTER_HEADER, retry_after, retry_after_at};
+use crate::header::parse::retry_after_at;
+use crate::header::{RETRY_AFTER_HEADER, retry_after};
 use proptest::prelude::*;
 
 fn secs(n: u64) -> Duration {

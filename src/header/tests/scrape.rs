@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::header::{SCRAPE_TIMEOUT_HEADER, scrape_budget, scrape_deadline};
+use crate::header::{SCRAPE_TIMEOUT_HEADER, Timeout, scrape_budget, scrape_deadline};
 use proptest::prelude::*;
 
-use super::{DEFAULT, OFFSET, durations, ms};
+use super::{DEFAULT, OFFSET, durations, ms, quiet};
 
 #[test]
 fn header_name() {
@@ -35,10 +35,19 @@ fn values_that_count() {
         (b"31", DEFAULT),   // more than the default: the default caps it
         (b"120", DEFAULT),
         (b"1e9", DEFAULT),
+        // A comma makes a list (a folded header): a decimal comma reads as two timeouts,
+        // and the earlier one, within the 1.5 s meant, is spent.
+        (b"1,5", ms(500)),
+        (b"10, 0.4", ms(200)),
+        (b"10,", ms(9_500)), // an empty element is skipped, not ignored
     ];
     for (raw, want) in table {
-        let got = scrape_budget(Some(raw), DEFAULT, OFFSET);
+        let mut ignored = Vec::new();
+        let got = scrape_budget(Some(raw), DEFAULT, OFFSET, |h, v: &[u8]| {
+            ignored.push((h, v.to_vec()))
+        });
         assert_eq!(got, *want, "header {:?}", String::from_utf8_lossy(raw));
+        assert!(ignored.is_empty(), "{ignored:?}");
     }
 }
 
@@ -65,32 +74,45 @@ fn values_that_are_ignored() {
         b"10s",
         b"0x10",
         b"1 0",
-        b"1,5",
         b"10\0",
         b"\xff\xfe",
         b"1\xc3",
         "１０".as_bytes(), // full-width digits
     ];
     for raw in table {
-        let got = scrape_budget(Some(raw), DEFAULT, OFFSET);
+        // Each is ignored, and reported as ignored: the whole value, trimmed (a value with
+        // no element, empty or blank, is reported as it came).
+        let mut ignored = Vec::new();
+        let got = scrape_budget(Some(raw), DEFAULT, OFFSET, |h, v: &[u8]| {
+            ignored.push((h, v.to_vec()))
+        });
         assert_eq!(got, DEFAULT, "header {:?}", String::from_utf8_lossy(raw));
+        let want = if raw.trim_ascii().is_empty() {
+            raw.to_vec()
+        } else {
+            raw.trim_ascii().to_vec()
+        };
+        assert_eq!(ignored, [(Timeout::Scrape, want)]);
     }
-    assert_eq!(scrape_budget(None, DEFAULT, OFFSET), DEFAULT);
+    assert_eq!(
+        scrape_budget(None::<&[u8]>, DEFAULT, OFFSET, quiet),
+        DEFAULT
+    );
 }
 
 #[test]
 fn zero_offset_and_zero_default() {
     assert_eq!(
-        scrape_budget(Some(b"10"), DEFAULT, Duration::ZERO),
+        scrape_budget(Some(b"10"), DEFAULT, Duration::ZERO, quiet),
         ms(10_000)
     );
     assert_eq!(
-        scrape_budget(Some(b"10"), Duration::ZERO, OFFSET),
+        scrape_budget(Some(b"10"), Duration::ZERO, OFFSET, quiet),
         Duration::ZERO
     );
     // An offset longer than the timeout takes half of it; the default is never spent.
     assert_eq!(
-        scrape_budget(Some(b"10"), DEFAULT, Duration::MAX),
+        scrape_budget(Some(b"10"), DEFAULT, Duration::MAX, quiet),
         ms(5_000)
     );
 }
@@ -102,10 +124,13 @@ fn deadline_from_the_header() {
     assert!(left <= ms(9_500) && left > ms(8_500), "{left:?}");
     let d = scrape_deadline(Some(b"nope"), DEFAULT, OFFSET);
     assert!(d.remaining().expect("a real deadline") <= DEFAULT);
+    // Every line counts: the earliest.
+    let d = scrape_deadline(["10", "0.4"], DEFAULT, OFFSET);
+    assert!(d.remaining().expect("a real deadline") <= ms(200));
 }
 
 fn check(raw: &[u8], default: Duration, offset: Duration) -> Result<(), TestCaseError> {
-    let got = scrape_budget(Some(raw), default, offset);
+    let got = scrape_budget(Some(raw), default, offset, quiet);
     prop_assert!(got <= default, "{got:?} > {default:?}");
     if !default.is_zero() {
         prop_assert!(!got.is_zero());
@@ -131,7 +156,7 @@ proptest! {
         // A value that counts gives exactly min(default, value - offset) while the offset
         // takes at most half of it, and never more than the value itself.
         if let Some(value) = Duration::try_from_secs_f64(x).ok().filter(|v| !v.is_zero()) {
-            let got = scrape_budget(Some(raw.as_bytes()), default, offset);
+            let got = scrape_budget(Some(raw.as_bytes()), default, offset, quiet);
             prop_assert!(got <= value, "{got:?} above the caller's {value:?}");
             if offset <= value / 2 {
                 prop_assert_eq!(got, (value - offset).min(default));
