@@ -115,3 +115,47 @@ fn contained(job: impl FnOnce() -> io::Result<Bytes>) -> Result<Bytes, Unserved>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{PROMETHEUS_TEXT, render_fn};
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_buffer_is_kept_per_thread_at_the_last_size() {
+        let capacities = Arc::new(Mutex::new(Vec::new()));
+        let seen = capacities.clone();
+        let source = render_fn(PROMETHEUS_TEXT, move |buffer| {
+            seen.lock().unwrap().push((buffer.len(), buffer.capacity()));
+            buffer.extend_from_slice(&[b'x'; 100_000]);
+            Ok(())
+        });
+        std::thread::spawn(move || {
+            let gzip = walk(&source, Encoding::Gzip, 1).unwrap();
+            assert!(gzip.len() < 100_000, "compressed on this thread");
+            let plain = walk(&source, Encoding::Identity, 1).unwrap();
+            assert_eq!(plain.len(), 100_000);
+            walk(&source, Encoding::Identity, 1).unwrap();
+        })
+        .join()
+        .unwrap();
+        let capacities = capacities.lock().unwrap();
+        assert_eq!(capacities[0], (0, 0), "a new thread starts empty");
+        // Reused after gzip; reserved at the last size after a body was handed over.
+        assert!(
+            capacities[1].0 == 0 && capacities[1].1 >= 100_000,
+            "{capacities:?}"
+        );
+        assert!(
+            capacities[2].0 == 0 && capacities[2].1 >= 100_000,
+            "{capacities:?}"
+        );
+    }
+
+    #[test]
+    fn a_panic_off_the_pool_is_a_failure() {
+        let unserved = contained(|| panic!("boom")).unwrap_err();
+        assert_eq!(unserved, Unserved::Failed("panicked: boom".into()));
+    }
+}
