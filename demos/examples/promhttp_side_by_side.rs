@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use loopguard_demos::cli;
-use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Mode};
+use loopguard_demos::server::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Mode};
 use loopguard_demos::storm::{
     Load, Priority, Run, child_args, drive, quantile, serve_child, spawn_child, spawn_server,
 };

@@ -1,14 +1,14 @@
-//! Scrape storms against the exporter on a real registry, side by side: loopguard, the same
-//! server offloading with `blocking::unblock`, and `render()` on the loop thread.
+//! Scrape storms against `loopguard-exporter` on a real registry, side by side: the crate as
+//! shipped, its own baselines (`Offload::Unbounded`, `Offload::OnLoop`), and the floor.
 //!
 //! ```text
 //! cargo run --release --example storm -- [--scrapes 64] [--rate 40] [--secs 5] [--workers 2]
-//!     [--worker-nice 10] [--worker-class idle] [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop]
+//!     [--worker-nice 10] [--worker-class idle] [--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop,floor]
 //!     [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]
 //! ```
 //!
-//! For each registry size and each mode it starts the exporter's serving code
-//! (`loopguard_demos::exporter`) in a fresh child process and drives it over loopback twice:
+//! For each registry size and each mode it starts the crate's exporter
+//! (`loopguard_demos::server`) in a fresh child process and drives it over loopback twice:
 //! a burst of `--scrapes` concurrent `GET /metrics`, then `--rate` scrapes per second for
 //! `--secs` seconds (open loop, a new connection each). Scrapes send `Accept-Encoding: gzip`
 //! as Prometheus does (`--plain`: not). Meanwhile `/healthz` is probed every 10 ms. Modes:
@@ -16,7 +16,15 @@
 //! - `unbounded`: every walk through `blocking::unblock`, which queues without bound;
 //! - `loopguard`: walks on the `registry-serve` pool, 503 + `Retry-After` when saturated;
 //! - `loopguard_coalesced`: the same pool behind a `Refresh`: concurrent scrapes share a walk;
-//! - `on_loop`: `render()` on the loop thread itself.
+//! - `on_loop`: the render on the loop thread itself;
+//! - `floor`: `loopguard`, but each walk sleeps as long as a real walk (render and gzip,
+//!   timed as the server starts) instead of rendering, and answers a few bytes: the loop
+//!   competes only with the client, so its refusal and `/healthz` latencies are the floor the
+//!   rendering modes are compared with.
+
+//!
+//! The modes differ only in where the render runs (`loopguard_exporter::Offload`) or what it
+//! renders: connections, negotiation, slicing and status codes are the crate's in all.
 //!
 //! The pool's workers run in scheduling class `--worker-class` (default `idle`: Linux's
 //! `SCHED_IDLE`, the loop takes a CPU from a walk at once; `normal`: the loop's own class) at
@@ -42,14 +50,14 @@
 use std::io;
 use std::time::Duration;
 
-use loopguard_demos::exporter::{Config, Mode};
+use loopguard_demos::server::{Config, Mode};
 use loopguard_demos::storm::{
     Load, Priority, Run, child_args, drive, quantile, serve_child, spawn_child,
 };
 use loopguard_demos::{chart, cli};
 
 const USAGE: &str = "storm [--scrapes 64] [--rate 40] [--secs 5] [--workers 2] [--worker-nice 10] [--worker-class idle] \
-[--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop] \
+[--series 10000,100000] [--modes unbounded,loopguard,loopguard_coalesced,on_loop,floor] \
 [--walk-delay-ms 0] [--cache-ttl-ms 5000] [--plain] [--json] [--svg FILE]";
 
 #[derive(Debug)]
@@ -73,19 +81,14 @@ struct Options {
 }
 
 fn parse(mut args: cli::Args) -> Result<Options, String> {
-    let all = [
-        Mode::Unbounded,
-        Mode::Loopguard,
-        Mode::LoopguardCoalesced,
-        Mode::OnLoop,
-    ];
+    let all = Mode::ALL;
     let mut o = Options {
         scrapes: 64,
         rate: 40,
         secs: 5,
         workers: 2,
-        worker_nice: vec![loopguard_demos::exporter::DEFAULT_WORKER_NICE],
-        worker_class: vec![loopguard_demos::exporter::DEFAULT_WORKER_SCHED_IDLE],
+        worker_nice: vec![loopguard_demos::server::DEFAULT_WORKER_NICE],
+        worker_class: vec![loopguard_demos::server::DEFAULT_WORKER_SCHED_IDLE],
         series: vec![10_000, 100_000],
         modes: all.to_vec(),
         walk_delay: Duration::ZERO,
@@ -169,7 +172,7 @@ struct Row {
 
 /// Whether `mode` walks on a loopguard pool (and so has a worker nice value).
 fn pooled(mode: Mode) -> bool {
-    matches!(mode, Mode::Loopguard | Mode::LoopguardCoalesced)
+    mode.pooled()
 }
 
 fn run_once(

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use loopguard_demos::cli;
-use loopguard_demos::exporter::registry::{
+use loopguard_demos::registry::{
     Encoding, gzip_at, recorder, register_series, render_lean, render_plain,
 };
 use metrics_exporter_prometheus::PrometheusHandle;

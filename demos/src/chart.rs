@@ -1,6 +1,6 @@
 //! The storm's latency chart (`storm --svg FILE`), drawn with plotters.
 
-use crate::exporter::Mode;
+use crate::server::Mode;
 use crate::storm::Run;
 
 /// Writes an SVG chart of the latency curves (served and rejected together, by percentile)

@@ -1,9 +1,9 @@
 //! loopguard's heavy demos, kept out of the examples a user copies.
 //!
-//! - [`exporter`]: the registry exporter's serving code with its offload switchable
-//!   (loopguard, `blocking::unblock`, on the loop) and hooks for tests; `examples/storm.rs`
-//!   runs it three ways side by side. The file to copy is the root crate's
-//!   `examples/registry_exporter/`.
+//! - [`server`]: `loopguard-exporter` on a thread of its own, its render placed as the
+//!   storm's modes say (the crate's pool, its `Offload` baselines, the floor), serving the
+//!   synthetic [`registry`] with walk counters and test hooks. The exporter to copy is
+//!   `exporter/examples/registry_exporter/`.
 //! - [`storm`]: the storm harness (a server per run in a child process, burst or sustained
 //!   load, `/healthz` probed meanwhile); [`client`]: a minimal HTTP/1.1 client for it and
 //!   the tests.
@@ -19,8 +19,9 @@ pub mod catalog;
 pub mod chart;
 pub mod cli;
 pub mod client;
-pub mod exporter;
 pub mod faults;
 pub mod outage;
+pub mod registry;
+pub mod server;
 pub mod storm;
 pub mod testing;

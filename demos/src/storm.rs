@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use smol::LocalExecutor;
 
 use crate::client;
-use crate::exporter::registry::{Registry, WalkKind};
-use crate::exporter::{Config, Exporter, Mode};
+use crate::registry::{Registry, WalkKind};
+use crate::server::{Config, Exporter, Mode};
 
 /// How the scrapes arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -259,10 +259,8 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                         None => run.unstamped += 1,
                     }
                 }
-                // 504 since the exporter gave expiries a status of their own; 503 before.
-                Ok(r) if matches!(r.status, 503 | 504) && r.text().contains(EXPIRED) => {
-                    run.expired.push(ms(&r))
-                }
+                // A status of its own (`loopguard_exporter::Unserved::BudgetSpent`).
+                Ok(r) if r.status == 504 => run.expired.push(ms(&r)),
                 other => {
                     run.other += 1;
                     let kind = match other {
@@ -303,9 +301,6 @@ fn probe_healthz(addr: SocketAddr, done: &AtomicBool) -> Vec<f64> {
         healthz
     })
 }
-
-/// What the exporter says in the 504 of a scrape whose budget ran out.
-const EXPIRED: &str = "the budget ran out";
 
 /// What client_golang's promhttp says in the 503 of `MaxRequestsInFlight` (it sends no
 /// `Retry-After`), for the side by side in `examples/promhttp_side_by_side.rs`.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 /// The header in which Envoy sends its route timeout, in milliseconds.
 const ENVOY_TIMEOUT_HEADER: &str = "x-envoy-expected-rq-timeout-ms";
-use loopguard_demos::exporter::registry::{Registry, WalkKind};
-use loopguard_demos::exporter::{Config, Exporter};
+use loopguard_demos::registry::{Registry, WalkKind};
+use loopguard_demos::server::{Config, Exporter};
 use loopguard_demos::storm::{Load, drive};
 use loopguard_demos::testing::Latch;
 

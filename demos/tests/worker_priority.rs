@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loopguard_demos::client;
-use loopguard_demos::exporter::registry::Registry;
-use loopguard_demos::exporter::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Exporter};
+use loopguard_demos::registry::Registry;
+use loopguard_demos::server::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Exporter};
 use loopguard_demos::testing::run;
 use rustix::process::getpriority_process;
 

@@ -101,7 +101,7 @@ impl Exporter {
                         .map_err(|e| e.to_string())?;
                     let gzip = encoding::gzip(&plain, level).map_err(|e| e.to_string())?;
                     Ok(Rendered {
-                        plain,
+                        plain: plain.into(),
                         gzip: gzip.into(),
                     })
                 })

@@ -83,6 +83,6 @@ mod status;
 pub use builder::{ExporterBuilder, POOL_NAME};
 pub use encoding::{Encoding, GZIP_LEVEL};
 pub use exporter::{Exporter, Serve};
-pub use offload::Offload;
+pub use offload::{Offload, walk};
 pub use source::{OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
 pub use status::Unserved;

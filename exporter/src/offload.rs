@@ -53,19 +53,33 @@ thread_local! {
     static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One scrape's body: `source` rendered into the buffer this thread keeps, then, for gzip,
-/// compressed from it on this thread. A gzip walk reuses the buffer (cleared, its capacity
-/// the largest rendering so far); a plain walk hands it over as the body and leaves a new
-/// one reserved at its size. The price is one rendering's memory kept per worker.
-pub(crate) fn walk(source: &dyn Source, encoding: Encoding, level: u32) -> io::Result<Bytes> {
+/// One scrape's walk, exactly as a worker runs it: `source` rendered into the buffer this
+/// thread keeps, then, for [`Encoding::Gzip`], compressed from it at `gzip_level` on this
+/// thread. A gzip walk reuses the buffer (cleared, its capacity the largest rendering so
+/// far); a plain walk hands it over as the body and leaves a new one reserved at its size.
+/// The price is one rendering's memory kept per worker thread.
+///
+/// Public so that a benchmark measures the code the exporter runs (the `walk_cost` demo
+/// does); an exporter calls it for you.
+///
+/// # Examples
+///
+/// ```
+/// use loopguard_exporter::{Encoding, GZIP_LEVEL, PROMETHEUS_TEXT, render_fn, walk};
+///
+/// let source = render_fn(PROMETHEUS_TEXT, |b| Ok(b.extend_from_slice(b"up 1\n")));
+/// assert_eq!(walk(&source, Encoding::Identity, GZIP_LEVEL)?, b"up 1\n");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn walk(source: &dyn Source, encoding: Encoding, gzip_level: u32) -> io::Result<Vec<u8>> {
     BUFFER.with_borrow_mut(|buffer| {
         buffer.clear();
         source.render(buffer)?;
         match encoding {
-            Encoding::Gzip => encoding::gzip(buffer, level).map(Bytes::from),
+            Encoding::Gzip => encoding::gzip(buffer, gzip_level),
             Encoding::Identity => {
                 let next = Vec::with_capacity(buffer.len());
-                Ok(Bytes::from(std::mem::replace(buffer, next)))
+                Ok(std::mem::replace(buffer, next))
             }
         }
     })
@@ -80,7 +94,7 @@ pub(crate) async fn render(
     encoding: Encoding,
     level: u32,
 ) -> Result<Bytes, Unserved> {
-    let job = move || walk(&*source, encoding, level);
+    let job = move || walk(&*source, encoding, level).map(Bytes::from);
     let failed = |err: io::Error| Unserved::Failed(err.to_string());
     match offload {
         // `Fallible`: if the scrape leaves, an `Err` of its walk still reaches the orphan

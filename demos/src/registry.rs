@@ -1,13 +1,11 @@
-//! The registry behind the exporter: real gauge series in the process's
-//! `metrics-exporter-prometheus` recorder, and the walk that renders (and compresses) it.
+//! The registry the demos serve: real gauge series in the process's
+//! `metrics-exporter-prometheus` recorder, walk counters and test hooks around it.
 //!
-//! Nothing is formatted by hand: a walk is [`PrometheusHandle::render`] of the installed
-//! recorder, which holds `--series` gauges with two labels (`shard`, `id`) next to
-//! loopguard's own metrics, optionally gzip-compressed on the same thread. A scrape's walk
-//! is lean ([`render_lean`]): `render_to_write` into a buffer the worker keeps, then gzip
-//! from it on the same worker.
+//! Nothing is formatted by hand: a scrape's walk is `render_to_write` of the installed
+//! recorder into the buffer `loopguard-exporter` gives it, which holds `--series` gauges
+//! with two labels (`shard`, `id`) next to loopguard's own metrics. The exporter crate
+//! compresses it on the same worker ([`loopguard_exporter::walk`]).
 
-use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,6 +14,7 @@ use std::time::Duration;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use hyper::body::Bytes;
+pub use loopguard_exporter::{Encoding, GZIP_LEVEL};
 use metrics::Gauge;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -27,80 +26,15 @@ pub const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// The gzip level of a compressed scrape. Level 1 is chosen by measurement
-/// (`cargo run --release --example walk_cost`, BENCHMARKS.md): on a 100 000-series rendering
-/// it compresses 3.5x for an eighth of the render's own time; the default level 6 saves 6 %
-/// more for more than the render's time, paid while a slot is held.
-pub const GZIP_LEVEL: u32 = 1;
-
-/// How a walk's body is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    /// Plain exposition text.
-    Identity,
-    /// gzip (`Content-Encoding: gzip`).
-    Gzip,
-}
-
-impl Encoding {
-    /// What an `Accept-Encoding` header value asks for: gzip when it lists `gzip`, `x-gzip`
-    /// or `*` with a non-zero quality. Anything unreadable means plain text.
-    pub fn negotiate(accept_encoding: Option<&[u8]>) -> Encoding {
-        let Some(value) = accept_encoding.and_then(|v| std::str::from_utf8(v).ok()) else {
-            return Encoding::Identity;
-        };
-        let gzip = value.split(',').any(|item| {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or_default().trim();
-            let named = ["gzip", "x-gzip", "*"]
-                .iter()
-                .any(|c| coding.eq_ignore_ascii_case(c));
-            let refused = parts.any(|p| {
-                let p = p.trim();
-                let q = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q="));
-                q.is_some_and(|q| q.trim().parse::<f32>().map_or(true, |q| q <= 0.0))
-            });
-            named && !refused
-        });
-        if gzip {
-            Encoding::Gzip
-        } else {
-            Encoding::Identity
-        }
-    }
-}
-
-thread_local! {
-    /// The buffer this thread renders scrapes into, kept between walks (see
-    /// [`render_lean`]).
-    static RENDER_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A scrape's body the lean way: `handle.render_to_write` into a buffer that this thread
-/// keeps between walks, then, for gzip, compressed from it on this thread. The buffer
-/// never grows by doubling after the first walk: a gzip walk reuses it (cleared, its
-/// capacity the largest rendering so far), a plain walk hands it over as the body and
-/// leaves a new one reserved at its size. The price is one rendering's worth of memory
-/// kept per worker thread.
-///
-/// [`render_plain`] is the walk it replaces: `render()` into a fresh `String`, grown as it
-/// goes, then compressed.
+/// A scrape's body as the exporter's workers walk it: [`loopguard_exporter::walk`] of the
+/// recorder (`render_to_write` into the buffer the thread keeps, gzip from it).
 pub fn render_lean(handle: &PrometheusHandle, encoding: Encoding) -> io::Result<Bytes> {
-    RENDER_BUFFER.with_borrow_mut(|buffer| {
-        buffer.clear();
-        handle.render_to_write(buffer)?;
-        match encoding {
-            Encoding::Gzip => gzip(buffer).map(Bytes::from),
-            Encoding::Identity => {
-                let next = Vec::with_capacity(buffer.len());
-                Ok(Bytes::from(std::mem::replace(buffer, next)))
-            }
-        }
-    })
+    loopguard_exporter::walk(handle, encoding, GZIP_LEVEL).map(Bytes::from)
 }
 
-/// A scrape's body as it was rendered before [`render_lean`]: `render()` into a fresh
-/// `String`, then compressed from it. Kept for `walk_cost`'s side by side.
+/// A scrape's body as it was rendered before the exporter's lean walk
+/// ([`loopguard_exporter::walk`]): `render()` into a fresh `String`, then compressed from
+/// it. Kept for `walk_cost`'s side by side.
 pub fn render_plain(handle: &PrometheusHandle, encoding: Encoding) -> io::Result<Bytes> {
     let plain = handle.render();
     Ok(match encoding {
@@ -109,7 +43,7 @@ pub fn render_plain(handle: &PrometheusHandle, encoding: Encoding) -> io::Result
     })
 }
 
-/// Compresses `plain` with gzip at [`GZIP_LEVEL`].
+/// Compresses `plain` with gzip at the exporter's level ([`GZIP_LEVEL`]).
 pub fn gzip(plain: &[u8]) -> io::Result<Vec<u8>> {
     gzip_at(plain, GZIP_LEVEL)
 }
@@ -179,8 +113,6 @@ pub fn count_series(rendering: &str) -> (usize, usize) {
 pub enum WalkKind {
     /// A `/metrics` scrape.
     Scrape,
-    /// The `/` status page.
-    Status,
     /// The background cardinality report.
     Cardinality,
 }
@@ -194,7 +126,7 @@ pub struct Registry {
     gauges: Vec<Gauge>,
     delay: Duration,
     hook: Option<Hook>,
-    walks: [AtomicU64; 3],
+    walks: [AtomicU64; 2],
     active: AtomicUsize,
     peak: AtomicUsize,
     ticks: AtomicU64,
@@ -300,41 +232,20 @@ impl Registry {
         render(&self.handle)
     }
 
-    /// A scrape's walk: the rendering, compressed if `encoding` says so, the lean way
-    /// ([`render_lean`]). Blocking.
-    pub fn scrape(&self, encoding: Encoding) -> io::Result<Bytes> {
-        self.walk_with(WalkKind::Scrape, |handle| render_lean(handle, encoding))
+    /// A [`Mode::Floor`](crate::server::Mode::Floor) scrape's walk: counted and hooked as
+    /// a scrape, then asleep for `asleep` instead of rendering. Blocking.
+    pub fn sleep_walk(&self, asleep: Duration) {
+        self.walk_with(WalkKind::Scrape, |_| std::thread::sleep(asleep));
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::Encoding::{self, Gzip, Identity};
+    /// The fixed delay every walk adds.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
 
-    #[test]
-    fn accept_encoding_is_read_as_rfc_9110_says() {
-        let cases: &[(&[u8], Encoding)] = &[
-            (b"gzip", Gzip),
-            (b"GZIP", Gzip),
-            (b"identity, gzip;q=0.5", Gzip),
-            (b"x-gzip", Gzip),
-            (b"*", Gzip),
-            (b"br, deflate", Identity),
-            (b"gzip;q=0", Identity),
-            (b"gzip; q=0.000", Identity),
-            (b"gzip;q=banana", Identity),
-            (b"gzipx", Identity),
-            (b"", Identity),
-            (b"\xff\xfe", Identity),
-        ];
-        for (value, expected) in cases {
-            assert_eq!(
-                Encoding::negotiate(Some(value)),
-                *expected,
-                "{:?}",
-                String::from_utf8_lossy(value)
-            );
-        }
-        assert_eq!(Encoding::negotiate(None), Identity);
+    /// A scrape's walk: the rendering appended to `buffer` (the exporter's, kept per
+    /// worker), counted, hooked and delayed as configured. Blocking.
+    pub fn scrape_into(&self, buffer: &mut Vec<u8>) -> io::Result<()> {
+        self.walk_with(WalkKind::Scrape, |handle| handle.render_to_write(buffer))
     }
 }
