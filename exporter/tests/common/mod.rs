@@ -94,6 +94,18 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
     parse(&raw)
 }
 
+/// Sends `raw` bytes as they are and reads the answer to the connection's end.
+pub fn send(addr: SocketAddr, raw: &[u8]) -> Answer {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream.write_all(raw).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).expect("an answer");
+    parse(&answer)
+}
+
 fn parse(raw: &[u8]) -> Answer {
     let split = raw
         .windows(4)
