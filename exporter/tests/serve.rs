@@ -156,6 +156,10 @@ on_every_executor! {
             let scrape = std::thread::spawn(move || get(addr, "/metrics", &[]));
             gate.arrived(1);
             handle.shutdown(); // a clone shuts every serve of the exporter down
+            // Draining once the listener is gone: only then may the walk end.
+            while std::net::TcpStream::connect(addr).is_ok() {
+                std::thread::yield_now();
+            }
             gate.open();
             scrape.join().unwrap()
         });
