@@ -1,4 +1,5 @@
-//! Connection floods against `examples/registry_exporter/`: do scrapers still get in?
+//! Connection floods against `exporter/examples/registry_exporter/` (the
+//! `loopguard-exporter` crate's example): do scrapers still get in?
 //!
 //! ```text
 //! cargo build --release --example registry_exporter

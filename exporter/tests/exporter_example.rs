@@ -1,4 +1,4 @@
-//! `examples/registry_exporter/`, the example a user copies, run as a process and driven over
+//! `examples/registry_exporter/` (of this crate), the example a user copies, run as a process and driven over
 //! loopback: refusal with `Retry-After`, gzip, honest gauges, a connection flood, shutdown.
 //!
 //! `cargo test` builds the examples before it runs tests; the binary is found next to this
