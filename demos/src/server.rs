@@ -228,16 +228,20 @@ impl Exporter {
             config,
             cardinality: Mutex::default(),
         });
-        let serving = shared.clone();
+        let (serving, (called, ready)) = (shared.clone(), std::sync::mpsc::channel());
         let thread = std::thread::Builder::new()
             .name("exporter-loop".into())
             .spawn(move || {
+                let serve = serving.exporter.serve(listener); // the backlog is raised here
+                let _ = called.send(());
                 let beside = async {
                     futures_lite::future::zip(tick(&serving), cardinality_walks(&serving)).await;
                     futures_lite::future::pending().await
                 };
-                smol::block_on(serving.exporter.serve(listener).or(beside))
+                smol::block_on(serve.or(beside))
             })?;
+        // The address is given out once the backlog is raised.
+        let _ = ready.recv();
         Ok(Exporter {
             addr,
             shared,

@@ -332,3 +332,29 @@ fn the_handle_is_send_sync_and_clone() {
     fn check<T: Send + Sync + Clone + 'static>() {}
     check::<Exporter>();
 }
+
+#[test]
+fn serve_raises_the_listen_backlog_when_called_before_any_poll() {
+    // Linux drops a SYN while the accept queue is full: with std's 128 the 130th handshake
+    // cannot complete while nobody accepts.
+    let max = std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok();
+    let max = max
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let n = max.min(400).saturating_sub(10);
+    if n < 200 {
+        return eprintln!("somaxconn {max}: too small to tell a raised backlog from std's");
+    }
+    let exporter = held(&open_latch(), &Default::default()).build().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serve = exporter.serve(listener); // never polled: nobody accepts
+    let queued: Vec<_> = (0..n)
+        .map(|i| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("connection {i} of {n} not queued: {e}"))
+        })
+        .collect();
+    assert_eq!(queued.len(), n);
+    drop(serve);
+}

@@ -56,7 +56,9 @@ async fn run(config: cli::Config) -> io::Result<()> {
     }
     let exporter = exporter.build()?;
     let listener = std::net::TcpListener::bind(config.listen)?;
-    println!("listening on http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    let serving = exporter.serve(listener); // the listen backlog is raised here
+    println!("listening on http://{addr}");
     let mut signals = Signals::new([Signal::Int, Signal::Term])?;
     let signalled = async {
         signals.next().await;
@@ -71,5 +73,5 @@ async fn run(config: cli::Config) -> io::Result<()> {
         beside.await;
         future::pending().await
     };
-    exporter.serve(listener).or(beside).await
+    serving.or(beside).await
 }
