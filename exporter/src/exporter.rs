@@ -122,7 +122,8 @@ impl Exporter {
     /// Serves HTTP/1.1 on `listener` until [`shutdown`](Exporter::shutdown), then drains.
     ///
     /// Raises the listen backlog to the system's maximum (std listens with 128, which
-    /// locks scrapers out behind a connection flood). `GET /metrics` renders the source on
+    /// locks scrapers out behind a connection flood) when called, before the future is
+    /// first polled: announce the address after this call. `GET /metrics` renders the source on
     /// the pool; `GET /healthz` answers `ok` without touching the pool; `GET /` is the
     /// status page (unless turned off). Several listeners are served by calling this once
     /// per listener: they share the one pool.
@@ -139,8 +140,12 @@ impl Exporter {
     ///
     /// If the listener cannot be made non-blocking or its backlog raised.
     pub fn serve(&self, listener: TcpListener) -> Serve {
+        // At once, not at the first poll: a caller that says where it listens after this
+        // call has the raised backlog behind its word.
+        let prepared = prepare(&listener).map(|()| listener);
+        let inner = self.inner.clone();
         Serve {
-            future: Box::pin(serve(self.inner.clone(), listener)),
+            future: Box::pin(async move { serve(inner, prepared?).await }),
         }
     }
 
@@ -193,9 +198,14 @@ impl Future for Serve {
     }
 }
 
-async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
+/// Raises the backlog and makes the listener non-blocking.
+fn prepare(listener: &TcpListener) -> io::Result<()> {
     #[cfg(unix)]
-    conns::raise_backlog(&listener)?;
+    conns::raise_backlog(listener)?;
+    listener.set_nonblocking(true)
+}
+
+async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
     let listener = Async::new(listener)?;
     let ex = LocalExecutor::new();
     let tracker = Rc::new(Tracker::default());
