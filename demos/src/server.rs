@@ -354,6 +354,7 @@ async fn tick(shared: &Shared) {
 }
 
 /// Every `cardinality_interval`, one walk that waits for a slot rather than failing.
+#[allow(clippy::unneeded_struct_pattern)] // `Closed { .. }`: whatever fields it gains
 async fn cardinality_walks(shared: &Shared) {
     let interval = shared.config.cardinality_interval;
     while !interval.is_zero() && !shared.exporter.is_shut_down() {

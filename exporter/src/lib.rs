@@ -10,7 +10,7 @@
 //! ```
 //!
 //! That is a whole exporter: `GET /metrics` renders the registry on a bounded
-//! [loopguard](loopguard) pool (two worker threads below the loop's priority), gzipped
+//! [`loopguard`] pool (two worker threads below the loop's priority), gzipped
 //! there when the scraper asks, within the scraper's own budget; `GET /healthz` answers
 //! without touching the pool; `GET /` is a status page.
 //!

@@ -88,6 +88,8 @@ impl fmt::Display for Unserved {
 
 impl<W> From<WithinError<W>> for Unserved {
     /// The outcome of `Pool::try_run_within` that is not an output.
+    // `{ .. }` on unit variants: a field loopguard adds to them later breaks nothing here.
+    #[allow(clippy::unneeded_struct_pattern)]
     fn from(err: WithinError<W>) -> Unserved {
         match err {
             WithinError::Saturated(busy) => Unserved::Saturated {
@@ -104,6 +106,7 @@ impl<W> From<WithinError<W>> for Unserved {
 
 impl<E: fmt::Display> From<RefreshError<E>> for Unserved {
     /// The outcome of a coalesced `Refresh::get` that is not a value.
+    #[allow(clippy::unneeded_struct_pattern)] // as above
     fn from(err: RefreshError<E>) -> Unserved {
         match err {
             RefreshError::Expired { .. } => Unserved::BudgetSpent,

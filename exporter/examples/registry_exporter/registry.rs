@@ -70,6 +70,7 @@ impl Cardinality {
 
     /// Every `interval` (zero: never), a walk on the exporter's pool that waits for a slot
     /// rather than failing, until the pool closes.
+    #[allow(clippy::unneeded_struct_pattern)] // `Closed { .. }`: whatever fields it gains
     pub async fn walks(&self, exporter: &Exporter, handle: &PrometheusHandle, interval: Duration) {
         while !interval.is_zero() && !exporter.is_shut_down() {
             Timer::after(interval).await;
