@@ -10,7 +10,7 @@
 //!
 //! Both servers hold `--series` gauges `synthetic_registry_series{shard, id}` with the same
 //! label shape and values, 1 % of them changed every 100 ms, and both walk at most two at
-//! a time: loopguard's exporter (`demos/src/exporter`, `--workers` workers in scheduling
+//! a time: `loopguard-exporter` (`loopguard_demos::server`, `--workers` workers in scheduling
 //! class `--worker-class` at nice `--worker-nice`, 503 + `Retry-After` when both are busy) and promhttp
 //! (`demos/go/promhttp_exporter`: `HandlerFor` with `MaxRequestsInFlight: 2`, 503 over it).
 //! Each load runs on a fresh process of each, driven by the storm's client
