@@ -14,6 +14,7 @@ use ::metrics::{
 use crate::sync::{CONTAINED, contain};
 
 pub(crate) mod durations;
+pub(crate) mod publisher;
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub(crate) const POOL_CAPACITY: &str = "loopguard_pool_capacity";

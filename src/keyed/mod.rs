@@ -64,6 +64,7 @@ use loom::sync::{Mutex, MutexGuard};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::demand::{DEFAULT_WINDOW, DemandCore, KEY_SLOTS};
+use crate::emit::publisher::OnePublisher;
 use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
 use crate::sync::{contain, wake};
 
@@ -120,7 +121,10 @@ struct Keys<K> {
     /// What the last `publish_metrics` set, keys displayed: what a registry that reads
     /// (the prometheus-client collector) encodes, with no key code and no table lock.
     #[cfg(feature = "prometheus-client")]
-    shown: std::sync::Mutex<Shown>,
+    shown: Mutex<Shown>,
+    /// One `publish_metrics` round at a time: an older snapshot never overwrites a newer
+    /// one, in the recorder or in `shown`.
+    publisher: OnePublisher,
 }
 
 struct KeyTable<K> {
@@ -347,7 +351,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                     unpublish: Vec::new(),
                 }),
                 #[cfg(feature = "prometheus-client")]
-                shown: std::sync::Mutex::new(Arc::new([])),
+                shown: Mutex::new(Arc::new([])),
+                publisher: OnePublisher::new(),
             }),
         }
     }
@@ -631,6 +636,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// feature, what it set (keys displayed) is also kept for
     /// `loopguard::telemetry::Collector`, which encodes exactly that.
     ///
+    /// One publisher at a time, so an older snapshot never overwrites a newer one: a call
+    /// made while another thread's call of the same gate is publishing returns at once,
+    /// and that call publishes once more, with a snapshot taken after this one began,
+    /// before it returns. A call from the recorder during a publish of the same gate
+    /// returns at once.
+    ///
     /// # Examples
     ///
     /// ```
@@ -639,6 +650,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// gate.publish_metrics(); // a no-op without an installed recorder
     /// ```
     pub fn publish_metrics(&self)
+    where
+        K: fmt::Display,
+    {
+        self.inner.publisher.publish(|| self.publish_round());
+    }
+
+    /// One round of [`publish_metrics`](Self::publish_metrics): snapshot under the table
+    /// lock, then the recorder and `shown` outside it. Never two at once.
+    fn publish_round(&self)
     where
         K: fmt::Display,
     {

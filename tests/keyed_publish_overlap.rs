@@ -1,0 +1,131 @@
+//! Two `KeyedGate::publish_metrics` calls that overlap, and a sweep between them: an older
+//! snapshot never overwrites a newer one, in the `metrics` recorder or in what the
+//! prometheus-client collector encodes. Real threads; the slow publisher is parked inside
+//! the recorder by a channel, never by a sleep.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use loopguard::keyed::KeyedGate;
+use loopguard::telemetry::Collector;
+use metrics::{Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, SharedString, Unit};
+use prometheus_client::registry::Registry;
+
+/// The gauges' last values, by `name{labels}`; the first gauge set made on the thread
+/// named `slow` waits there until `go`, after telling `entered`.
+#[derive(Default)]
+struct Held {
+    values: Mutex<HashMap<String, f64>>,
+    hold: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+struct Handle {
+    id: String,
+    held: Arc<Held>,
+}
+
+impl GaugeFn for Handle {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, value: f64) {
+        if thread::current().name() == Some("slow") {
+            let hold = self.held.hold.lock().unwrap().take();
+            if let Some((entered, go)) = hold {
+                entered.send(()).unwrap();
+                go.recv().unwrap();
+            }
+        }
+        self.held
+            .values
+            .lock()
+            .unwrap()
+            .insert(self.id.clone(), value);
+    }
+}
+
+struct Recorder(Arc<Held>);
+
+impl metrics::Recorder for Recorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::noop()
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let id = format!("{}{{{}}}", key.name(), labels.join(","));
+        Gauge::from_arc(Arc::new(Handle {
+            id,
+            held: self.0.clone(),
+        }))
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+const SERIES: &str = "loopguard_keyed_demand_avg{gate=repos,key=backend}";
+
+/// A slow publisher snapshots a busy key, then stalls in the recorder; meanwhile the key is
+/// released and swept, and a second publisher publishes its removal. Once both return, the
+/// key reads 0 in the recorder and in the collector's encode: before publishes were one at
+/// a time, the slow one wrote the key's old demand last and it stayed for good.
+#[test]
+fn a_stalled_publish_never_overwrites_a_later_one() {
+    for round in 0..20 {
+        let held = Arc::new(Held::default());
+        let (entered_tx, entered) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel();
+        *held.hold.lock().unwrap() = Some((entered_tx, go_rx));
+        let recorder = Arc::new(Recorder(held.clone()));
+
+        let gate: KeyedGate<&'static str> = KeyedGate::new("repos");
+        let permit = gate.try_acquire("backend").unwrap();
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Collector::new().keyed(&gate)));
+
+        let slow = {
+            let (gate, recorder) = (gate.clone(), recorder.clone());
+            thread::Builder::new()
+                .name("slow".into())
+                .spawn(move || metrics::with_local_recorder(&*recorder, || gate.publish_metrics()))
+                .unwrap()
+        };
+        // The slow publisher has its snapshot (the key busy) and is inside the recorder.
+        entered.recv().unwrap();
+        drop(permit);
+        gate.prune_at(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(
+            gate.tracked_keys(),
+            0,
+            "round {round}: the idle key was swept"
+        );
+        metrics::with_local_recorder(&*recorder, || gate.publish_metrics());
+        go.send(()).unwrap();
+        slow.join().unwrap();
+
+        let value = held.values.lock().unwrap().get(SERIES).copied();
+        assert_eq!(
+            value,
+            Some(0.0),
+            "round {round}: the recorder kept an old snapshot"
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(r#"loopguard_keyed_demand_avg{gate="repos",key="backend"}"#));
+        if let Some(line) = line {
+            assert!(
+                line.ends_with(" 0.0"),
+                "round {round}: the collector kept an old snapshot: {line}"
+            );
+        }
+    }
+}
