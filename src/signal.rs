@@ -9,8 +9,15 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
+
+// Under the crate's loom cfg (unit tests only) the list's lock is loom's, so
+// `signal/loom_model.rs` explores register, notify and drop racing; normal builds never
+// see loom.
+#[cfg(all(test, loopguard_loom))]
+use loom::sync::Mutex;
+#[cfg(not(all(test, loopguard_loom)))]
+use std::sync::Mutex;
 
 use crate::sync::{drop_contained, lock, wake};
 
@@ -150,7 +157,11 @@ impl<C> fmt::Debug for Wait<'_, C> {
     }
 }
 
-#[cfg(test)]
+/// Exhaustive interleavings of register, notify and drop, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;
+
+#[cfg(all(test, not(loopguard_loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;

@@ -22,8 +22,42 @@ pub(crate) static CONTAINED: AtomicU64 = AtomicU64::new(0);
 ///
 /// Every critical section in this crate leaves its data consistent before anything that
 /// can panic runs, so a poisoned lock carries no broken invariant and is safe to reuse.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+///
+/// `mutex` is std's, or loom's where a module swaps it in under the crate's loom cfg (unit
+/// tests only, so the loom models explore that module's interleavings).
+pub(crate) fn lock<M: Lock + ?Sized>(mutex: &M) -> M::Guard<'_> {
+    mutex.lock_recovering()
+}
+
+/// A mutex [`lock`] takes: std's, and loom's under the crate's loom cfg.
+pub(crate) trait Lock {
+    /// The guard of a locked mutex.
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// Locks, recovering the guard from poison.
+    fn lock_recovering(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Lock for Mutex<T> {
+    type Guard<'a>
+        = MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn lock_recovering(&self) -> MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(all(test, loopguard_loom))]
+impl<T> Lock for loom::sync::Mutex<T> {
+    type Guard<'a>
+        = loom::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn lock_recovering(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Runs `f`, user code, containing a panic: `None` if it panicked. The panic payload is
