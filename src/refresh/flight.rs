@@ -18,8 +18,16 @@
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// Under the crate's loom cfg (unit tests only) the state lock is loom's, so
+// `flight/loom_model.rs` explores complete, give up, join and restart racing; normal
+// builds never see loom.
+#[cfg(all(test, loopguard_loom))]
+pub(crate) use loom::sync::Mutex;
+#[cfg(not(all(test, loopguard_loom)))]
+pub(crate) use std::sync::Mutex;
 
 use crate::signal::Signal;
 use futures_lite::FutureExt;
@@ -298,3 +306,8 @@ where
         }
     }
 }
+
+/// Exhaustive interleavings of a flight's completion, its give-up, a joiner and a restart,
+/// under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

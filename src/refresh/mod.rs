@@ -517,7 +517,7 @@ impl<T, E> Refresh<T, E> {
 fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
-        state: std::sync::Mutex::new(flight::CacheState::new()),
+        state: flight::Mutex::new(flight::CacheState::new()),
         event: crate::signal::Signal::new(),
         counters: builder::register(&name),
     });
