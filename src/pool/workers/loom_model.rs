@@ -11,6 +11,11 @@
 //! What every model checks: each dispatched job runs exactly once; no worker stays parked
 //! with a job queued or after close (loom reports a deadlock if every thread is blocked);
 //! every worker returns from its loop once the pool is closed and no job is left.
+//!
+//! The lent-job models add a request admitted on the gate that runs its handler's jobs on
+//! its own slot (the tower layer's `for_pool`): the second job of a handler is never
+//! refused by its first, finished one, never takes a second pool slot, and the slot stays
+//! held until the response body has ended and the job is done.
 
 use super::*;
 use crate::gate::Gate;
@@ -211,11 +216,20 @@ struct LentJob {
     pool: Arc<Pool>,
     handoff: Handoff<u32>,
     lent: loom::sync::Mutex<Option<LentSlot>>,
+    /// A caller queued for the pool, which must not be granted the slot while this runs.
+    behind: Option<crate::gate::WaiterRef>,
 }
 
 impl Task for LentJob {
     fn run(self: Arc<Self>, _worker: usize) {
         self.pool.ran.fetch_add(1, Ordering::SeqCst);
+        if let Some(waiter) = &self.behind {
+            assert_eq!(
+                waiter.state(),
+                crate::gate::WaitState::Waiting,
+                "the slot went to a waiter while its lent job ran"
+            );
+        }
         let stored = self.handoff.store(Ok(7), Duration::ZERO);
         // `Cell::run`: the slot (here the lent share) goes back, and only then is the
         // caller woken, so a caller woken by its outcome finds the slot free.
@@ -280,6 +294,15 @@ impl Request {
     /// `Slot::try_run`: on this slot when no job runs on it, otherwise a second admission
     /// (`pool.try_run`), which is what the model must never need.
     fn try_run(&self, pool: &Arc<Pool>) -> Result<Arc<LentJob>, Refused> {
+        self.try_run_before(pool, None)
+    }
+
+    /// [`try_run`](Request::try_run), with a queued caller the job must not let in.
+    fn try_run_before(
+        &self,
+        pool: &Arc<Pool>,
+        behind: Option<crate::gate::WaiterRef>,
+    ) -> Result<Arc<LentJob>, Refused> {
         if self
             .running
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -298,6 +321,7 @@ impl Request {
                 _grant: self.grant.clone(),
                 running: self.running.clone(),
             })),
+            behind,
         });
         pool.workers.dispatch(job.clone());
         Ok(job)
@@ -337,5 +361,39 @@ fn a_handler_reuses_its_slot_right_after_a_lent_job() {
         pool.close();
         assert_eq!(worker.join().unwrap(), 2);
         pool.check_quiet(2);
+    });
+}
+
+/// The response body ends (the request lets its share go) while the worker runs the lent
+/// job, with another caller queued for the pool: the slot stays held until both are done,
+/// then goes to that caller, once.
+///
+/// Seeded bug this catches (checked by hand, then restored): a lent share that does not
+/// hold the request's grant (`LentSlot` without its `_grant` clone, so the body's end
+/// frees the slot under the running job): the model fails with "the slot went to a waiter
+/// while its lent job ran".
+#[test]
+fn the_body_ending_while_a_lent_job_runs_keeps_the_slot() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(5);
+    builder.check(|| {
+        let pool = Pool::new(1, Duration::ZERO);
+        let worker = pool.spawn_worker(0, false);
+        let request = Request::admit(&pool);
+        let waiter = crate::gate::Waiter::new();
+        assert_eq!(pool.gate.enqueue(&waiter), crate::gate::Enqueued::Queued);
+        let job = request
+            .try_run_before(&pool, Some(waiter.clone()))
+            .expect("the request's own slot");
+        drop(request);
+        assert_eq!(block_on(Await(job)), 7);
+        pool.close();
+        assert_eq!(worker.join().unwrap(), 1);
+        // Granted once both were done, before or after the close (which takes an unclaimed
+        // grant back).
+        if pool.gate.claim(&waiter) {
+            pool.release_slot();
+        }
+        pool.check_quiet(1);
     });
 }
