@@ -129,3 +129,76 @@ fn a_stalled_publish_never_overwrites_a_later_one() {
         }
     }
 }
+
+/// A recorder that publishes the same gate again from inside a gauge set: the inner call
+/// returns at once (one publisher at a time must not deadlock on itself, nor keep the round
+/// going for ever), and the outer publish completes with its one round.
+#[test]
+fn a_recorder_that_publishes_again_neither_deadlocks_nor_loops() {
+    struct Reentrant {
+        gate: Mutex<Option<KeyedGate<&'static str>>>,
+        sets: std::sync::atomic::AtomicUsize,
+    }
+    struct ReentrantGauge(Arc<Reentrant>);
+    impl GaugeFn for ReentrantGauge {
+        fn increment(&self, _: f64) {}
+        fn decrement(&self, _: f64) {}
+        fn set(&self, _: f64) {
+            let sets = self
+                .0
+                .sets
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Past 100 rounds it stops calling back, so a publish that kept going round
+            // ends and the count below fails, instead of the test hanging.
+            if sets >= 100 {
+                return;
+            }
+            let gate = self.0.gate.lock().unwrap().clone();
+            if let Some(gate) = gate {
+                gate.publish_metrics();
+            }
+        }
+    }
+    struct ReentrantRecorder(Arc<Reentrant>);
+    impl metrics::Recorder for ReentrantRecorder {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(Arc::new(ReentrantGauge(self.0.clone())))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    let state = Arc::new(Reentrant {
+        gate: Mutex::new(None),
+        sets: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let (done_tx, done) = mpsc::channel();
+    let publisher = {
+        let state = state.clone();
+        thread::spawn(move || {
+            let recorder = ReentrantRecorder(state.clone());
+            metrics::with_local_recorder(&recorder, || {
+                let gate: KeyedGate<&'static str> = KeyedGate::new("repos");
+                let _permit = gate.try_acquire("backend").unwrap();
+                *state.gate.lock().unwrap() = Some(gate.clone());
+                gate.publish_metrics();
+                state.gate.lock().unwrap().take();
+            });
+            done_tx.send(()).unwrap();
+        })
+    };
+    // A watchdog, not an ordering: a publish that deadlocked on itself never sends.
+    done.recv_timeout(Duration::from_secs(60))
+        .expect("a re-entrant publish deadlocked");
+    publisher.join().unwrap();
+    // One round, one key: the inner calls published nothing.
+    let sets = state.sets.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(sets, 1, "the publish went round {sets} times");
+}
