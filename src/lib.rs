@@ -131,6 +131,8 @@ mod emit;
 mod failure;
 mod gate;
 mod handoff;
+#[cfg(all(test, loopguard_loom))]
+mod loom_util;
 mod signal;
 mod sync;
 

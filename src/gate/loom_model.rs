@@ -1,23 +1,8 @@
 //! Exhaustive interleavings of the gate's races, under loom (see the [gate](super)'s docs).
 
 use super::*;
-use loom::sync::atomic::AtomicBool;
+use crate::loom_util::flag;
 use loom::thread;
-use std::task::Wake;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (std::sync::Arc<Flag>, Waker) {
-    let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 /// A gate of one slot, held.
 fn held() -> Arc<Gate> {
@@ -75,7 +60,7 @@ fn grant_races_waker_registration() {
         let (woken, waker) = flag();
         let seen = waiter.poll_state(&waker);
         releaser.join().unwrap();
-        assert!(seen == WaitState::Granted || woken.0.load(Ordering::SeqCst));
+        assert!(seen == WaitState::Granted || woken.woken());
         assert_eq!(waiter.state(), WaitState::Granted);
         assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
     });
@@ -179,10 +164,7 @@ fn slot_wait_poll_races_grant_and_close() {
             (Started::Queued, Some(std::task::Poll::Ready(ended))) => Some(ended),
             (Started::Queued, _) => {
                 // Pending: it must have been woken, and a second look ends the wait.
-                assert!(
-                    woken.0.load(Ordering::SeqCst),
-                    "a queued waiter was not woken"
-                );
+                assert!(woken.woken(), "a queued waiter was not woken");
                 match wait.poll(&gate, &waker) {
                     std::task::Poll::Ready(ended) => Some(ended),
                     std::task::Poll::Pending => panic!("still waiting after close"),

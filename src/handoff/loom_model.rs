@@ -11,31 +11,11 @@
 
 use super::*;
 use crate::failure::never;
+use crate::loom_util::flag;
 use crate::orphan::OrphanHandler;
 use loom::sync::atomic::AtomicBool;
 use loom::thread;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Wake;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Flag {
-    fn woken(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 /// A hand-off of `u32` outputs (only a panic is a failure) and the count of the reports its
 /// orphan handler received.

@@ -9,28 +9,13 @@
 //! slot lost (the key would stay busy), never doubled (two permits at once).
 
 use super::*;
-use loom::sync::atomic::AtomicBool;
+use crate::loom_util::{Flag, flag};
 use loom::thread;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Wake};
+use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 const KEY: u32 = 1;
 
@@ -60,10 +45,7 @@ fn spawn_release(permit: KeyPermit<u32>) -> thread::JoinHandle<()> {
 
 /// Polls a waiter that must have been granted: it was woken, and it gets its permit now.
 fn granted(acquire: &mut Acquire<u32>, woken: &Flag, waker: &Waker) -> KeyPermit<u32> {
-    assert!(
-        woken.0.load(Ordering::SeqCst),
-        "a granted waiter was not woken"
-    );
+    assert!(woken.woken(), "a granted waiter was not woken");
     match poll(acquire, waker) {
         Poll::Ready(permit) => permit,
         Poll::Pending => panic!("a woken waiter was not granted"),
@@ -112,7 +94,7 @@ fn release_goes_to_the_oldest_waiter() {
         assert!(poll(&mut younger, &younger_waker).is_pending());
         releaser.join().unwrap();
         let first = granted(&mut oldest, &oldest_woken, &oldest_waker);
-        assert!(!younger_woken.0.load(Ordering::SeqCst));
+        assert!(!younger_woken.woken());
         assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 1));
         drop(first);
         drop(granted(&mut younger, &younger_woken, &younger_waker));

@@ -12,24 +12,10 @@
 //! was not woken".
 
 use super::*;
+use crate::loom_util::flag;
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 use std::sync::Arc;
-use std::task::Wake;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 fn poll<C: Fn() -> bool>(wait: &mut Wait<'_, C>, waker: &Waker) -> Poll<()> {
     Pin::new(wait).poll(&mut Context::from_waker(waker))
@@ -58,10 +44,7 @@ fn a_notify_racing_the_registration_is_never_lost() {
         let first = poll(&mut wait, &waker);
         notifier.join().unwrap();
         if first.is_pending() {
-            assert!(
-                woken.0.load(Ordering::SeqCst),
-                "a pending wait was not woken"
-            );
+            assert!(woken.woken(), "a pending wait was not woken");
             assert!(poll(&mut wait, &waker).is_ready());
         }
         drop(wait);
@@ -90,10 +73,7 @@ fn a_re_registration_racing_a_notify_wakes_the_new_waker() {
         let second = poll(&mut wait, &new);
         notifier.join().unwrap();
         if second.is_pending() {
-            assert!(
-                woken.0.load(Ordering::SeqCst),
-                "the new waker was not woken"
-            );
+            assert!(woken.woken(), "the new waker was not woken");
         }
         drop(wait);
         assert_eq!(listed(&signal), 0);
@@ -122,10 +102,7 @@ fn a_drop_racing_a_notify_leaves_nothing_behind() {
         };
         drop(gone);
         notifier.join().unwrap();
-        assert!(
-            woken.0.load(Ordering::SeqCst),
-            "the remaining wait was not woken"
-        );
+        assert!(woken.woken(), "the remaining wait was not woken");
         assert!(poll(&mut stays, &stays_waker).is_ready());
         drop(stays);
         assert_eq!(listed(&signal), 0);

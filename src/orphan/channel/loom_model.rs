@@ -14,25 +14,10 @@
 //! queued behind a closed receiver".
 
 use super::*;
+use crate::loom_util::flag;
 use crate::orphan::ReportKind;
-use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
-use std::task::Wake;
 use std::time::Duration;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 fn report() -> Report {
     Report::new(
@@ -66,10 +51,7 @@ fn a_push_racing_a_poll_is_never_missed() {
         let got = match first {
             Poll::Ready(got) => got,
             Poll::Pending => {
-                assert!(
-                    woken.0.load(Ordering::SeqCst),
-                    "a pending receiver was not woken"
-                );
+                assert!(woken.woken(), "a pending receiver was not woken");
                 match poll(&mut receiver, &waker) {
                     Poll::Ready(got) => got,
                     Poll::Pending => panic!("woken, but nothing to receive"),
@@ -122,10 +104,7 @@ fn the_last_senders_drop_racing_a_poll_ends_the_stream() {
         match first {
             Poll::Ready(got) => assert!(got.is_none()),
             Poll::Pending => {
-                assert!(
-                    woken.0.load(Ordering::SeqCst),
-                    "the end of the stream was not woken"
-                );
+                assert!(woken.woken(), "the end of the stream was not woken");
                 assert!(matches!(poll(&mut receiver, &waker), Poll::Ready(None)));
             }
         }

@@ -24,6 +24,7 @@ use loom::thread;
 use crate::failure::never;
 use crate::gate::Refused;
 use crate::handoff::{Handoff, Taken};
+use crate::loom_util::block_on;
 use crate::orphan::{OrphanHandler, Reporter};
 use loom::sync::atomic::AtomicBool;
 use std::future::Future;
@@ -250,28 +251,6 @@ impl Future for Await {
             Poll::Ready(Taken::Outcome(Ok(output), _)) => Poll::Ready(output),
             Poll::Ready(_) => panic!("the job failed or was abandoned"),
             Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// Wakes a parked loom thread.
-struct Unpark(thread::Thread);
-
-impl std::task::Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs `future` on this loom thread, parking it while the future is pending.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = std::task::Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(output) => return output,
-            Poll::Pending => thread::park(),
         }
     }
 }

@@ -13,10 +13,9 @@
 //! a newer one.
 
 use super::*;
+use crate::loom_util::block_on;
 use crate::refresh::builder;
 use loom::thread;
-use std::pin::pin;
-use std::task::{Context, Poll, Wake, Waker};
 
 type Core = CacheCore<u32, u32>;
 
@@ -76,28 +75,6 @@ fn flight(core: &Arc<Core>, generation: u64) -> Flight<u32, u32> {
     Flight {
         core: core.clone(),
         generation,
-    }
-}
-
-/// Wakes a parked loom thread.
-struct Unpark(thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// Runs `future` on this loom thread, parking it while the future is pending.
-fn block_on<F: Future>(future: F) -> F::Output {
-    let waker = Waker::from(Arc::new(Unpark(thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        match future.as_mut().poll(&mut cx) {
-            Poll::Ready(output) => return output,
-            Poll::Pending => thread::park(),
-        }
     }
 }
 
