@@ -175,9 +175,12 @@ impl Limit {
     /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
     pub(crate) fn publish(&self, now: Instant) {
         self.rejected.flush();
-        emit::set(&self.in_use, self.gate.in_use() as f64);
-        emit::set(&self.waiting, self.gate.waiting() as f64);
-        emit::set(&self.demand_avg, self.demand_at(now));
+        // One publisher at a time per gauge: overlapping publishes never leave an older
+        // reading last.
+        self.in_use.publish(|| self.gate.in_use() as f64);
+        self.waiting.publish(|| self.gate.waiting() as f64);
+        let mut at = emit::round_clock(now);
+        self.demand_avg.publish(|| self.demand_at(at()));
     }
 
     /// The gauges as the last [`publish`](Limit::publish) set them: in use, waiting, demand.

@@ -87,8 +87,11 @@ impl Core {
 
     pub(crate) fn publish_metrics(&self, now: Instant) {
         self.limit.publish(now);
-        let oldest = self.workers.oldest_job_age(now).unwrap_or_default();
-        emit::set(&self.stats.oldest_job_seconds, oldest.as_secs_f64());
+        let mut at = emit::round_clock(now);
+        let mut oldest = || self.workers.oldest_job_age(at()).unwrap_or_default();
+        self.stats
+            .oldest_job_seconds
+            .publish(|| oldest().as_secs_f64());
     }
 
     /// Stops admission; returns whether this call closed the pool.

@@ -1,7 +1,7 @@
-//! Two `KeyedGate::publish_metrics` calls that overlap, and a sweep between them: an older
-//! snapshot never overwrites a newer one, in the `metrics` recorder or in what the
-//! prometheus-client collector encodes. Real threads; the slow publisher is parked inside
-//! the recorder by a channel, never by a sleep.
+//! Two `publish_metrics` calls that overlap (a keyed gate's, a pool's), and a change
+//! between them: an older snapshot never overwrites a newer one, in the `metrics` recorder
+//! or in what the prometheus-client collector encodes. Real threads; the slow publisher is
+//! parked inside the recorder by a channel, never by a sleep.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, mpsc};
@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use loopguard::keyed::KeyedGate;
+use loopguard::pool::Pool;
 use loopguard::telemetry::Collector;
 use metrics::{Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, SharedString, Unit};
 use prometheus_client::registry::Registry;
@@ -201,4 +202,71 @@ fn a_recorder_that_publishes_again_neither_deadlocks_nor_loops() {
     // One round, one key: the inner calls published nothing.
     let sets = state.sets.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(sets, 1, "the publish went round {sets} times");
+}
+
+/// A slow publisher reads a pool with its one slot held, then stalls in the recorder;
+/// meanwhile the job ends and a second publisher publishes the idle pool. Once both
+/// return, `in_use` reads 0 in the recorder and in the collector's encode: before each
+/// gauge was published one round at a time, the slow one wrote its 1 last, and an idle
+/// pool read busy until the next publish.
+#[test]
+fn a_stalled_pool_publish_never_overwrites_a_later_one() {
+    const IN_USE: &str = "loopguard_pool_in_use{pool=walks}";
+    for round in 0..20 {
+        let held = Arc::new(Held::default());
+        let (entered_tx, entered) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel();
+        *held.hold.lock().unwrap() = Some((entered_tx, go_rx));
+        let recorder = Arc::new(Recorder(held.clone()));
+        // The pool's gauges are registered with the recorder when it is built.
+        let pool = metrics::with_local_recorder(&*recorder, || {
+            Pool::builder().name("walks").workers(1).build().unwrap()
+        });
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Collector::new().pool(&pool)));
+
+        let (started_tx, started) = mpsc::channel();
+        let (finish, finish_rx) = mpsc::channel::<()>();
+        let job = pool
+            .try_run(move || {
+                started_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+            })
+            .unwrap();
+        started.recv().unwrap();
+        let slow = {
+            let pool = pool.clone();
+            thread::Builder::new()
+                .name("slow".into())
+                .spawn(move || pool.publish_metrics())
+                .unwrap()
+        };
+        // The slow publisher read `in_use` 1 and is inside the recorder.
+        entered.recv().unwrap();
+        finish.send(()).unwrap();
+        futures_lite::future::block_on(job).unwrap();
+        assert_eq!(
+            pool.in_use(),
+            0,
+            "round {round}: the slot is free once the job's output is in"
+        );
+        pool.publish_metrics();
+        go.send(()).unwrap();
+        slow.join().unwrap();
+
+        let value = held.values.lock().unwrap().get(IN_USE).copied();
+        assert_eq!(
+            value,
+            Some(0.0),
+            "round {round}: the recorder kept an old reading"
+        );
+        // The collector reads the value kept before the recorder is called, so this stall
+        // alone does not make it stale; it must stay 0 all the same.
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("loopguard_pool_in_use{pool=\"walks\"} 0.0\n"),
+            "round {round}: the collector kept an old reading:\n{text}"
+        );
+    }
 }
