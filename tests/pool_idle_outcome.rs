@@ -2,9 +2,9 @@
 //!
 //! `wait_idle` says it resolves once "every admitted job ... has finished and delivered its
 //! outcome", and `is_finished` says "the job has finished and its outcome is ready to be
-//! taken". Since the worker stores the outcome, releases the slot (waking `wait_idle`) and
-//! only then publishes it, both can be true while a poll of the job still returns
-//! `Pending`.
+//! taken". The worker stores the outcome, releases the slot (waking `wait_idle`) and only
+//! then publishes it: in between, neither may claim what a poll of the job would deny. The
+//! same holds for a shield's runner, its `wait_idle` and `Shielded::is_finished`.
 //!
 //! The window is made deterministic, not widened by sleeps: the `wait_idle` waker, woken
 //! on the worker thread by the slot's release, blocks that worker until the test has looked.
@@ -61,7 +61,6 @@ fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
 }
 
 #[test]
-#[ignore = "review finding: wait_idle and is_finished are true before the outcome is published"]
 fn after_wait_idle_the_outcome_can_be_taken() {
     common::watchdog(Duration::from_secs(60), || {
         let pool = Pool::builder()
@@ -99,19 +98,38 @@ fn after_wait_idle_the_outcome_can_be_taken() {
         woken
             .recv_timeout(Duration::from_secs(30))
             .expect("the release wakes wait_idle");
-        assert!(poll_once(&mut idle).is_ready(), "the pool is idle");
-        assert_eq!(pool.in_use(), 0);
-        let finished = job.is_finished();
-        let polled = poll_once(&mut job);
-        assert!(
-            polled.is_ready(),
-            "wait_idle resolved (is_finished: {finished}) but the job's outcome cannot be taken"
+        assert_eq!(
+            pool.in_use(),
+            0,
+            "the slot is back before the caller is woken"
         );
+        let idle_now = poll_once(&mut idle).is_ready();
+        let finished = job.is_finished();
+        let takeable = match poll_once(&mut job) {
+            Poll::Ready(out) => {
+                assert_eq!(out, Ok(7));
+                true
+            }
+            Poll::Pending => false,
+        };
+        assert!(
+            takeable || !idle_now,
+            "wait_idle resolved but the job's outcome cannot be taken"
+        );
+        assert!(
+            takeable || !finished,
+            "is_finished says so but the job's outcome cannot be taken"
+        );
+        go.open();
+        if !takeable {
+            futures_lite::future::block_on(idle);
+            assert!(job.is_finished(), "idle: the outcome is published");
+            assert_eq!(poll_once(&mut job), Poll::Ready(Ok(7)));
+        }
     });
 }
 
 #[test]
-#[ignore = "review finding: Shielded::is_finished is true before the outcome can be taken"]
 fn a_finished_shielded_handle_can_be_taken() {
     common::watchdog(Duration::from_secs(60), || {
         let shield = Shield::new("finished-handle");
@@ -137,15 +155,28 @@ fn a_finished_shielded_handle_can_be_taken() {
         woken
             .recv_timeout(Duration::from_secs(30))
             .expect("the runner's finish wakes wait_idle");
-        assert!(poll_once(&mut idle).is_ready());
-        assert_eq!(shield.in_flight(), 0);
+        assert_eq!(
+            shield.in_flight(),
+            0,
+            "counted out before the handle is woken"
+        );
+        let idle_now = poll_once(&mut idle).is_ready();
         let finished = handle.is_finished();
-        let polled = poll_once(&mut handle);
+        let takeable = poll_once(&mut handle).is_ready();
         go.open();
         runner_thread.join().unwrap();
         assert!(
-            polled.is_ready(),
-            "in_flight is 0 (is_finished: {finished}) but the handle's outcome cannot be taken"
+            takeable || !idle_now,
+            "wait_idle resolved but the handle's outcome cannot be taken"
         );
+        assert!(
+            takeable || !finished,
+            "is_finished says so but the handle's outcome cannot be taken"
+        );
+        futures_lite::future::block_on(idle);
+        if !takeable {
+            assert!(handle.is_finished());
+            assert_eq!(poll_once(&mut handle), Poll::Ready(Ok(3)));
+        }
     });
 }
