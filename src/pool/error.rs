@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::deadline::Expired;
+use crate::deadline::Spent;
 use crate::failure::Panicked;
 
 /// Every slot of the pool is held: the job was not admitted. Hands the job back.
@@ -252,9 +252,13 @@ pub enum RunError {
     Closed,
     /// The job ran and panicked.
     Panicked(Panicked),
-    /// The deadline passed before the job got a slot, or before its output was delivered.
-    /// In the second case the job keeps running, orphaned, and keeps its slot until done.
-    Expired(Expired),
+    /// The deadline passed before the job got a slot ([`Phase::InLine`]), or before its
+    /// output was delivered ([`Phase::Running`]). In the second case the job keeps running,
+    /// orphaned, and keeps its slot until done. [`Spent::phase`] says which.
+    ///
+    /// [`Phase::InLine`]: crate::deadline::Phase::InLine
+    /// [`Phase::Running`]: crate::deadline::Phase::Running
+    Expired(Spent),
 }
 
 impl fmt::Display for RunError {
@@ -267,15 +271,9 @@ impl fmt::Display for RunError {
     }
 }
 
-impl std::error::Error for RunError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RunError::Panicked(p) => Some(p),
-            RunError::Expired(e) => Some(e),
-            RunError::Closed => None,
-        }
-    }
-}
+/// No `source()`: the `Display` of a variant is its payload's, so a chain printed by a
+/// reporter names each cause once.
+impl std::error::Error for RunError {}
 
 impl From<Panicked> for RunError {
     fn from(p: Panicked) -> RunError {
@@ -309,7 +307,7 @@ impl From<RunError> for std::io::Error {
 /// let body = match pool.try_run_within(deadline, || "up 1\n".to_string()).await {
 ///     Ok(body) => body,
 ///     Err(WithinError::Saturated(busy)) => format!("503, retry after {}s", busy.retry_after_secs()),
-///     Err(WithinError::Expired) => "503: budget spent, the walk goes on".to_string(),
+///     Err(WithinError::Expired(_)) => "503: budget spent, the walk goes on".to_string(),
 ///     Err(err) => return Err(err.into()),
 /// };
 /// assert_eq!(body, "up 1\n");
@@ -321,10 +319,14 @@ pub enum WithinError<W> {
     /// Every slot was held when the future was first polled: nothing was queued, and the
     /// job comes back inside.
     Saturated(Saturated<W>),
-    /// The deadline passed: before admission (the job never ran), or while the job ran or
-    /// after it finished too late. An admitted job runs on and keeps its slot until its
-    /// thread is done; a failure of it is reported to the orphan handler, once.
-    Expired,
+    /// The deadline passed: before admission ([`Phase::InLine`]: the job never ran), or
+    /// while the job ran or after it finished too late ([`Phase::Running`]). An admitted job
+    /// runs on and keeps its slot until its thread is done; a failure of it is reported to
+    /// the orphan handler, once. [`Spent::phase`] says which.
+    ///
+    /// [`Phase::InLine`]: crate::deadline::Phase::InLine
+    /// [`Phase::Running`]: crate::deadline::Phase::Running
+    Expired(Spent),
     /// The job ran and panicked.
     Panicked(Panicked),
     /// The pool was closed; the job never ran and comes back inside.
@@ -338,9 +340,15 @@ impl<W> WithinError<W> {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::pool::WithinError;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::{Pool, WithinError};
     ///
-    /// assert!(!WithinError::<()>::Expired.is_saturated());
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().build()?;
+    /// let late = pool.try_run_within(Deadline::after(std::time::Duration::ZERO), || ()).await;
+    /// assert!(!late.unwrap_err().is_saturated());
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn is_saturated(&self) -> bool {
         matches!(self, WithinError::Saturated(_))
@@ -351,9 +359,15 @@ impl<W> WithinError<W> {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::pool::WithinError;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::Pool;
     ///
-    /// assert_eq!(WithinError::<()>::Expired.retry_after(), None);
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().build()?;
+    /// let late = pool.try_run_within(Deadline::after(std::time::Duration::ZERO), || ()).await;
+    /// assert_eq!(late.unwrap_err().retry_after(), None);
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -376,7 +390,7 @@ impl<W> fmt::Debug for WithinError<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
-            WithinError::Expired => f.write_str("Expired"),
+            WithinError::Expired(e) => f.debug_tuple("Expired").field(e).finish(),
             WithinError::Panicked(p) => f.debug_tuple("Panicked").field(p).finish(),
             WithinError::Closed(_) => f.write_str("Closed(..)"),
         }
@@ -387,28 +401,23 @@ impl<W> fmt::Display for WithinError<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => fmt::Display::fmt(s, f),
-            WithinError::Expired => fmt::Display::fmt(&Expired, f),
+            WithinError::Expired(e) => fmt::Display::fmt(e, f),
             WithinError::Panicked(p) => fmt::Display::fmt(p, f),
             WithinError::Closed(_) => f.write_str("pool is closed"),
         }
     }
 }
 
-impl<W> std::error::Error for WithinError<W> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            WithinError::Panicked(p) => Some(p),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: the `Display` of a variant is its payload's, so a chain printed by a
+/// reporter names each cause once.
+impl<W> std::error::Error for WithinError<W> {}
 
 impl<W> From<WithinError<W>> for std::io::Error {
     fn from(err: WithinError<W>) -> std::io::Error {
         match err {
             WithinError::Saturated(s) => TryRunError::Saturated(s).into(),
             WithinError::Closed(w) => TryRunError::Closed(w).into(),
-            WithinError::Expired => Expired.into(),
+            WithinError::Expired(e) => e.into(),
             WithinError::Panicked(p) => std::io::Error::other(p),
         }
     }

@@ -186,8 +186,9 @@ impl Pool {
     ///
     /// - At the first poll: [`WithinError::Saturated`] (the job back inside, nothing
     ///   queued) or [`WithinError::Closed`]; if the deadline has already passed,
-    ///   [`WithinError::Expired`] and the job never runs.
-    /// - If the deadline passes while the job runs, [`WithinError::Expired`]: the job runs
+    ///   [`WithinError::Expired`] in [`Phase::InLine`](crate::deadline::Phase::InLine) and the job never runs.
+    /// - If the deadline passes while the job runs, [`WithinError::Expired`] in
+    ///   [`Phase::Running`](crate::deadline::Phase::Running): the job runs
     ///   on, orphaned, keeps its slot until its thread is done, and a failure of it is
     ///   reported to the orphan handler, once.
     /// - An output delivered after the deadline is refused the same way.
@@ -204,14 +205,15 @@ impl Pool {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::deadline::Deadline;
+    /// use loopguard::deadline::{Deadline, Phase};
     /// use loopguard::pool::{Pool, WithinError};
     ///
     /// # futures_lite::future::block_on(async {
     /// let pool = Pool::builder().workers(1).build()?;
     /// let budget = Deadline::after(Duration::from_millis(20));
     /// let slow = pool.try_run_within(budget, || std::thread::sleep(Duration::from_millis(200)));
-    /// assert!(matches!(slow.await, Err(WithinError::Expired)));
+    /// let Err(WithinError::Expired(spent)) = slow.await else { unreachable!("200 ms > 20 ms") };
+    /// assert_eq!(spent.phase(), Phase::Running);
     /// // The walk still holds its slot, so the next caller is refused at once.
     /// let next = pool.try_run_within(Deadline::never(), || ()).await;
     /// assert!(next.unwrap_err().is_saturated());
@@ -255,9 +257,10 @@ impl Pool {
     /// as the job, and after expiry nothing new starts.
     ///
     /// - If the deadline passes while the caller waits, it leaves the queue; a slot granted
-    ///   to it at that moment is handed back at once, to the next waiter.
+    ///   to it at that moment is handed back at once, to the next waiter. The future
+    ///   resolves to [`RunError::Expired`] in [`Phase::InLine`](crate::deadline::Phase::InLine).
     /// - If the deadline passes while the job runs, the future resolves to
-    ///   [`RunError::Expired`] and the job is orphaned: it keeps its slot until its thread
+    ///   [`RunError::Expired`] in [`Phase::Running`](crate::deadline::Phase::Running) and the job is orphaned: it keeps its slot until its thread
     ///   finishes (a thread cannot be pre-empted), and a failure is reported to the orphan
     ///   handler.
     /// - An output that arrives after the deadline is not returned as success.

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::core::Core;
 use super::error::RunError;
 use super::job::{self, IntoJob, Job};
-use crate::deadline::{Deadline, DeadlineTimer, Expired, poll_timer};
+use crate::deadline::{Deadline, DeadlineTimer, Spent, poll_timer};
 use crate::gate::wait::{Ended, SlotWait, Started};
 
 enum Phase<W, T> {
@@ -74,12 +74,18 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     /// Ends the operation at expiry, whatever its phase: nothing new starts, a waiter
     /// leaves the queue (handing back a slot granted meanwhile), a running job is orphaned.
     fn expire(&mut self) -> RunError {
-        match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Queued(_) => self.core.abandon_wait(&mut self.wait),
-            Phase::Running(job) => drop(job),
-            Phase::Start(_) | Phase::Done => {}
-        }
-        RunError::Expired(Expired)
+        let spent = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Queued(_) => {
+                self.core.abandon_wait(&mut self.wait);
+                Spent::IN_LINE
+            }
+            Phase::Running(job) => {
+                drop(job);
+                Spent::RUNNING
+            }
+            Phase::Start(_) | Phase::Done => Spent::IN_LINE,
+        };
+        RunError::Expired(spent)
     }
 
     /// Arms the deadline's timer; returns `true` if it has already fired.
@@ -133,7 +139,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                         // Completed, but too late to count as a result. The caller gets
                         // `Expired`, so a failure among late results is nobody's: report it.
                         job.report_refused(result, elapsed);
-                        return Poll::Ready(Err(RunError::Expired(Expired)));
+                        return Poll::Ready(Err(RunError::Expired(Spent::RUNNING)));
                     }
                     return Poll::Ready(result.map_err(RunError::from));
                 }
