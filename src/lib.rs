@@ -39,7 +39,7 @@
 //! let body = match pool.try_run_within(deadline, || "up 1\n".to_string()).await {
 //!     Ok(body) => body,
 //!     Err(WithinError::Saturated(busy)) => format!("busy, retry after {}s", busy.retry_after_secs()),
-//!     Err(WithinError::Expired) => "budget spent; the walk goes on, on its slot".to_string(),
+//!     Err(WithinError::Expired(_)) => "budget spent; the walk goes on, on its slot".to_string(),
 //!     Err(err) => return Err(err.into()),
 //! };
 //! assert_eq!(body, "up 1\n");
