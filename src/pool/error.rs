@@ -136,7 +136,16 @@ pub enum TryRunError<F> {
     Saturated(Saturated<F>),
     /// The pool was closed.
     Closed(F),
+    /// Every slot is held, one of them by the request whose handler asked (a layer made by
+    /// [`AdmissionLayer::for_pool`](crate::tower::AdmissionLayer::for_pool), feature
+    /// `tower`): run the job on that slot with `Slot::try_run(&pool, job)`. Retrying will
+    /// not help while the request holds it. Hands the job back.
+    OwnSlot(F),
 }
+
+/// What [`TryRunError::OwnSlot`], [`WithinError::OwnSlot`] and [`RunError::OwnSlot`] say.
+const OWN_SLOT: &str = "this request holds one of the pool's slots and none other is free: \
+                        run the job on it with `slot.try_run(&pool, job)`";
 
 impl<F> TryRunError<F> {
     /// Whether the pool was saturated.
@@ -166,7 +175,7 @@ impl<F> TryRunError<F> {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             TryRunError::Saturated(s) => Some(s.retry_after()),
-            TryRunError::Closed(_) => None,
+            TryRunError::Closed(_) | TryRunError::OwnSlot(_) => None,
         }
     }
 
@@ -178,7 +187,7 @@ impl<F> TryRunError<F> {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             TryRunError::Saturated(s) => Some(s.retry_after_secs()),
-            TryRunError::Closed(_) => None,
+            TryRunError::Closed(_) | TryRunError::OwnSlot(_) => None,
         }
     }
 
@@ -196,7 +205,7 @@ impl<F> TryRunError<F> {
     pub fn into_inner(self) -> F {
         match self {
             TryRunError::Saturated(s) => s.into_inner(),
-            TryRunError::Closed(f) => f,
+            TryRunError::Closed(f) | TryRunError::OwnSlot(f) => f,
         }
     }
 }
@@ -206,6 +215,7 @@ impl<F> fmt::Debug for TryRunError<F> {
         match self {
             TryRunError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
             TryRunError::Closed(_) => f.write_str("Closed(..)"),
+            TryRunError::OwnSlot(_) => f.write_str("OwnSlot(..)"),
         }
     }
 }
@@ -215,6 +225,7 @@ impl<F> fmt::Display for TryRunError<F> {
         match self {
             TryRunError::Saturated(s) => fmt::Display::fmt(s, f),
             TryRunError::Closed(_) => f.write_str("pool is closed"),
+            TryRunError::OwnSlot(_) => f.write_str(OWN_SLOT),
         }
     }
 }
@@ -226,6 +237,7 @@ impl<F> From<TryRunError<F>> for std::io::Error {
         let kind = match err {
             TryRunError::Saturated(_) => std::io::ErrorKind::WouldBlock,
             TryRunError::Closed(_) => std::io::ErrorKind::BrokenPipe,
+            TryRunError::OwnSlot(_) => std::io::ErrorKind::InvalidInput,
         };
         std::io::Error::new(kind, err.to_string())
     }
@@ -259,12 +271,48 @@ pub enum RunError {
     /// [`Phase::InLine`]: crate::deadline::Phase::InLine
     /// [`Phase::Running`]: crate::deadline::Phase::Running
     Expired(Spent),
+    /// No slot was free and the request whose handler awaits this holds one of the pool's
+    /// (see [`TryRunError::OwnSlot`]): waiting would wait for itself. The job never ran.
+    OwnSlot,
+    /// Refused at once, instead of waiting in line, by a [`Run`](super::Run) that was asked
+    /// to [`refuse_early`](super::Run::refuse_early): at the pool's measured pace the line
+    /// ahead and the job itself would not be done before the deadline. The job never ran;
+    /// `retry_after` is the estimated wait for a slot (at least 1 ms), for a `Retry-After`.
+    WouldExpire {
+        /// The estimated wait for a slot.
+        retry_after: Duration,
+    },
+}
+
+impl RunError {
+    /// The `Retry-After` hint of a [`RunError::WouldExpire`] refusal; `None` otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::pool::RunError;
+    ///
+    /// assert_eq!(RunError::Closed.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RunError::WouldExpire { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RunError::Closed => f.write_str("pool closed before the job got a slot"),
+            RunError::OwnSlot => f.write_str(OWN_SLOT),
+            RunError::WouldExpire { retry_after } => write!(
+                f,
+                "refused at once: at the pool's pace the job would not be done before its \
+                 deadline, retry after {}s",
+                crate::gate::limit::whole_secs(*retry_after)
+            ),
             RunError::Panicked(p) => fmt::Display::fmt(p, f),
             RunError::Expired(e) => fmt::Display::fmt(e, f),
         }
@@ -285,6 +333,10 @@ impl From<RunError> for std::io::Error {
     fn from(err: RunError) -> std::io::Error {
         match err {
             RunError::Closed => std::io::Error::new(std::io::ErrorKind::BrokenPipe, err),
+            RunError::OwnSlot => std::io::Error::new(std::io::ErrorKind::InvalidInput, err),
+            RunError::WouldExpire { .. } => {
+                std::io::Error::new(std::io::ErrorKind::WouldBlock, err)
+            }
             RunError::Panicked(p) => std::io::Error::other(p),
             RunError::Expired(e) => e.into(),
         }
@@ -331,6 +383,9 @@ pub enum WithinError<W> {
     Panicked(Panicked),
     /// The pool was closed; the job never ran and comes back inside.
     Closed(W),
+    /// Every slot was held, one by the request whose handler asked: see
+    /// [`TryRunError::OwnSlot`]. The job never ran and comes back inside.
+    OwnSlot(W),
 }
 
 impl<W> WithinError<W> {
@@ -382,6 +437,7 @@ impl<W> From<TryRunError<W>> for WithinError<W> {
         match err {
             TryRunError::Saturated(s) => WithinError::Saturated(s),
             TryRunError::Closed(w) => WithinError::Closed(w),
+            TryRunError::OwnSlot(w) => WithinError::OwnSlot(w),
         }
     }
 }
@@ -393,6 +449,7 @@ impl<W> fmt::Debug for WithinError<W> {
             WithinError::Expired(e) => f.debug_tuple("Expired").field(e).finish(),
             WithinError::Panicked(p) => f.debug_tuple("Panicked").field(p).finish(),
             WithinError::Closed(_) => f.write_str("Closed(..)"),
+            WithinError::OwnSlot(_) => f.write_str("OwnSlot(..)"),
         }
     }
 }
@@ -404,6 +461,7 @@ impl<W> fmt::Display for WithinError<W> {
             WithinError::Expired(e) => fmt::Display::fmt(e, f),
             WithinError::Panicked(p) => fmt::Display::fmt(p, f),
             WithinError::Closed(_) => f.write_str("pool is closed"),
+            WithinError::OwnSlot(_) => f.write_str(OWN_SLOT),
         }
     }
 }
@@ -417,6 +475,7 @@ impl<W> From<WithinError<W>> for std::io::Error {
         match err {
             WithinError::Saturated(s) => TryRunError::Saturated(s).into(),
             WithinError::Closed(w) => TryRunError::Closed(w).into(),
+            WithinError::OwnSlot(w) => TryRunError::OwnSlot(w).into(),
             WithinError::Expired(e) => e.into(),
             WithinError::Panicked(p) => std::io::Error::other(p),
         }

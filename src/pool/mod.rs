@@ -13,6 +13,8 @@
 mod builder;
 mod core;
 mod error;
+mod estimate;
+mod held;
 mod job;
 mod monitor;
 mod run;
@@ -504,6 +506,20 @@ impl Pool {
     #[cfg(any(feature = "tower", feature = "prometheus-client"))]
     pub(crate) fn same_pool(&self, other: &Pool) -> bool {
         Arc::ptr_eq(self.core(), other.core())
+    }
+
+    /// Marks this thread as serving a request that holds one of this pool's slots, for as
+    /// long as the scope lives (the tower layer's pool mode, around its handler).
+    #[cfg(feature = "tower")]
+    pub(crate) fn held_scope(&self) -> held::Scope {
+        held::enter(self.core())
+    }
+
+    /// Clears that mark for as long as the scope lives: a call that asks for a second
+    /// slot knowingly (`Slot::try_run` with its slot busy).
+    #[cfg(feature = "tower")]
+    pub(crate) fn unheld_scope() -> held::Scope {
+        held::clear()
     }
 
     /// The pool's gate and its accounting, for the tower layer's pool mode.

@@ -143,8 +143,12 @@ where
                 let slot = Slot::grant(permit, self.mode.pool());
                 let deadline = self.config.deadline(&request);
                 let request = admitted(request, &slot, deadline);
+                let future = {
+                    let _held = slot.scope();
+                    self.inner.call(request)
+                };
                 ResponseState::Running {
-                    future: self.inner.call(request),
+                    future,
                     slot: Some(slot),
                 }
             }
@@ -322,14 +326,20 @@ where
                     };
                     let slot = Slot::grant(permit, line.mode.pool());
                     let request = admitted(request, &slot, line.deadline);
-                    let future = service.call(request);
+                    let future = {
+                        let _held = slot.scope();
+                        service.call(request)
+                    };
                     state.set(ResponseState::Running {
                         future,
                         slot: Some(slot),
                     });
                 }
                 ResponseStateProj::Running { future, slot } => {
+                    // While the handler runs, the thread says which pool's slot it holds.
+                    let held = slot.as_ref().and_then(Slot::scope);
                     let result = std::task::ready!(future.poll(cx));
+                    drop(held);
                     let slot = slot.take();
                     state.set(ResponseState::Done);
                     // An error frees the slot here; a response hands it to its body.
