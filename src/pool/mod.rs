@@ -13,7 +13,7 @@
 mod builder;
 mod core;
 mod error;
-mod estimate;
+pub(crate) mod estimate;
 mod held;
 mod job;
 mod monitor;
