@@ -137,9 +137,9 @@ pub enum TryRunError<F> {
     /// The pool was closed.
     Closed(F),
     /// Every slot is held, one of them by the request whose handler asked (a layer made by
-    /// [`AdmissionLayer::for_pool`](crate::tower::AdmissionLayer::for_pool), feature
-    /// `tower`): run the job on that slot with `Slot::try_run(&pool, job)`. Retrying will
-    /// not help while the request holds it. Hands the job back.
+    /// `loopguard::tower::AdmissionLayer::for_pool`, feature `tower`): run the job on that
+    /// slot with `Slot::try_run(&pool, job)`. Retrying will not help while the request
+    /// holds it. Hands the job back.
     OwnSlot(F),
 }
 
