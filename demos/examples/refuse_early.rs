@@ -17,8 +17,8 @@
 //!
 //! Reported for each: calls served in time, calls that expired in line and while running
 //! (the job orphaned, holding its slot), calls refused early, the median and p99 time a
-//! caller that was not served spent before its answer, and the slot time spent on jobs
-//! whose caller had left (orphaned). `--json` prints one line.
+//! caller that was not served spent before its answer, and the slot time of jobs that ended
+//! past their caller's deadline (`orphaned_slot_ms`). `--json` prints one line.
 //!
 //! This is a measurement, not a test: run it on an idle machine.
 
@@ -135,7 +135,11 @@ fn run(o: &Options, early: bool) -> (Tally, Duration) {
                         }
                     };
                     let call = pool.run_within(deadline, job);
-                    let out = if early { call.refuse_early().await } else { call.await };
+                    let out = if early {
+                        call.refuse_early().await
+                    } else {
+                        call.await
+                    };
                     let waited = called.elapsed();
                     let mut t = tally.borrow_mut();
                     match out {
@@ -167,7 +171,10 @@ fn run(o: &Options, early: bool) -> (Tally, Duration) {
         pool.wait_idle().await;
     }));
     let orphaned = Duration::from_micros(orphaned.load(std::sync::atomic::Ordering::Relaxed));
-    let tally = Rc::try_unwrap(tally).ok().expect("callers done").into_inner();
+    let tally = Rc::try_unwrap(tally)
+        .ok()
+        .expect("callers done")
+        .into_inner();
     (tally, orphaned)
 }
 
