@@ -53,6 +53,7 @@
 //! |---|---|
 //! | blocking work off the loop, refused at once when busy | [`Pool::try_run`](pool::Pool::try_run) |
 //! | the same, waiting in line | [`Pool::run`](pool::Pool::run) |
+//! | waiting in line, refused at once when the line cannot clear in time | [`Run::refuse_early`](pool::Run::refuse_early) |
 //! | fail fast and a budget in one call | [`Pool::try_run_within`](pool::Pool::try_run_within) |
 //! | async work that must finish even if its caller leaves | [`shield::Shield`] |
 //! | failures nobody awaited, on your loop | [`orphan::OrphanHandler::channel`] |

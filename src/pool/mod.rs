@@ -164,7 +164,10 @@ impl Pool {
     ///
     /// [`TryRunError::Saturated`] when every slot is held or callers are waiting, with a
     /// [`retry_after`](Saturated::retry_after) hint; [`TryRunError::Closed`] after
-    /// [`close`](Pool::close).
+    /// [`close`](Pool::close); [`TryRunError::OwnSlot`] instead of `Saturated` when called
+    /// by the handler of a request that holds one of this pool's slots (the tower layer's
+    /// `for_pool`): that request's `slot.try_run(&pool, job)` runs the job on its own slot.
+    /// (That check is one thread-local read, made on the refusal path only.)
     ///
     /// # Examples
     ///
@@ -240,6 +243,14 @@ impl Pool {
     /// Dropping the future while it waits leaves no trace: it takes no slot, and a slot
     /// handed to it at that moment passes on to the next waiter. Dropping it after the job
     /// started orphans the job, exactly like dropping a [`Job`].
+    ///
+    /// # Errors
+    ///
+    /// [`RunError::Closed`] if the pool closes before the job gets a slot;
+    /// [`RunError::Panicked`] if the job panics; [`RunError::OwnSlot`] at once, instead of
+    /// waiting, when it would have to wait and is awaited by the handler of a request that
+    /// holds one of this pool's slots (the tower layer's `for_pool`: it would wait for
+    /// itself; use that request's `slot.try_run(&pool, job)`).
     ///
     /// # Examples
     ///
