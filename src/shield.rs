@@ -179,6 +179,9 @@ pub struct Shield {
 #[derive(Debug, Default)]
 struct Tracker {
     count: AtomicUsize,
+    /// Finished work counted out of `count` whose outcome is not takeable yet (a runner
+    /// between its finish and its publish): `wait_idle` waits for it too.
+    publishing: AtomicUsize,
     idle: Signal,
 }
 
@@ -196,6 +199,23 @@ impl Tracker {
 
     fn in_flight(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    /// A runner is about to count its work out before it publishes the outcome.
+    fn begin_publish(&self) {
+        self.publishing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The outcome announced by `begin_publish` is takeable.
+    fn end_publish(&self) {
+        if self.publishing.fetch_sub(1, Ordering::AcqRel) == 1 && self.in_flight() == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Nothing in flight, and every outcome counted out is takeable.
+    fn is_idle(&self) -> bool {
+        self.in_flight() == 0 && self.publishing.load(Ordering::Acquire) == 0
     }
 }
 
@@ -353,8 +373,8 @@ impl Shield {
     }
 
     /// Resolves once [`in_flight`](Shield::in_flight) is zero: every piece of work wrapped so
-    /// far has finished and its outcome was handed over or reported (orphaned failures
-    /// included), or its runner was dropped. Resolves at once when nothing is in flight.
+    /// far has finished and its outcome was handed over (ready to be taken) or reported
+    /// (orphaned failures included), or its runner was dropped. Resolves at once when nothing is in flight.
     /// Work wrapped after it resolved is not waited for.
     ///
     /// For a clean shutdown: drop the handles nobody will await, wait for this, then exit;
@@ -394,7 +414,7 @@ impl Shield {
     /// ```
     pub fn wait_idle(&self) -> ShieldWaitIdle<'_> {
         let work = &*self.work;
-        let idle: IdleCheck<'_> = Box::new(move || work.in_flight() == 0);
+        let idle: IdleCheck<'_> = Box::new(move || work.is_idle());
         ShieldWaitIdle {
             work,
             wait: work.idle.wait(idle),
@@ -475,8 +495,10 @@ impl<T> Delivery<T> {
     fn deliver(&mut self, result: Result<T, Panicked>, elapsed: Duration) {
         if let Some(handoff) = self.handoff.take() {
             let stored = handoff.store(result, elapsed);
+            self.work.begin_publish();
             self.work.finish();
             stored.publish();
+            self.work.end_publish();
         }
     }
 }

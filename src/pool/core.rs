@@ -68,6 +68,15 @@ impl Core {
         }
     }
 
+    /// The outcome of a job whose slot went back (after
+    /// [`Limit::begin_publish`](crate::gate::limit::Limit::begin_publish)) is takeable now:
+    /// if that was the last one, the pool is idle.
+    pub(crate) fn published(&self) {
+        if self.limit.end_publish() {
+            self.idle_now();
+        }
+    }
+
     /// A queued caller gives up (dropped, or its deadline passed); a slot granted to it in
     /// the meantime goes on.
     pub(crate) fn abandon_wait(&self, wait: &mut crate::gate::wait::SlotWait) {

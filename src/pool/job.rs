@@ -242,9 +242,12 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         core.limit.rejected.flush();
         // The slot goes back, and only then is the caller woken: a caller woken by its
         // outcome (or polled for any other reason) always finds the slot free, so a scraper
-        // that scrapes again at once is never refused by its own finished walk.
+        // that scrapes again at once is never refused by its own finished walk. The pool
+        // reads idle to `wait_idle` only once the outcome is takeable too.
+        core.limit.begin_publish();
         drop(slot);
         stored.publish();
+        core.published();
     }
 }
 

@@ -494,6 +494,12 @@ impl Pool {
     /// Resolves once no slot is held (every admitted job, orphans included, has finished and
     /// delivered its outcome). Resolves at once on an idle pool.
     ///
+    /// An orphan's failure is reported before its slot goes back, so it has been reported
+    /// when this resolves. One case is not waited for: a [`Job`] handle dropped in the
+    /// instant between its job's outcome being stored and being published reports that
+    /// outcome (if it is a failure) on the dropping thread, which may be after this has
+    /// resolved.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only observes.

@@ -53,6 +53,7 @@ mod flight;
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -431,7 +432,14 @@ where
                 }
             }
             Source::Spawned(shield, spawn, collect) => {
-                let collection = collect();
+                // `collect()` is user code, called here on the caller's task: a panic in it
+                // is a panicking collection like one inside the future, so it travels the
+                // same way (cached as a failure, reported once by the shield's runner)
+                // instead of unwinding out of this call.
+                let collection = match catch_unwind(AssertUnwindSafe(collect)) {
+                    Ok(collection) => collection,
+                    Err(payload) => Box::pin(async move { resume_unwind(payload) }),
+                };
                 let future: BoxFuture<()> = Box::pin(run_async(flight, collection));
                 let (runner, handle) = shield.wrap(future);
                 spawn(runner);
