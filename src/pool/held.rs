@@ -10,7 +10,8 @@
 //! the handler spawns onto its executor is polled elsewhere and not seen.
 //!
 //! One `Cell<usize>` per thread with a constant initializer: no allocation, no lock, no
-//! destructor, so the saturated `try_run` stays as cheap as it was.
+//! destructor; and a pool no layer admits requests on never reads it, so its saturated
+//! `try_run` pays one relaxed load of a flag on the refusal path.
 
 use std::sync::Arc;
 
@@ -62,9 +63,13 @@ pub(crate) fn clear() -> Scope {
 }
 
 /// Whether the request served on this thread holds one of `core`'s slots.
+///
+/// A pool no layer admits requests on answers from its own state, without the thread-local.
 #[cfg(feature = "tower")]
+#[inline]
 pub(crate) fn holds(core: &Arc<Core>) -> bool {
-    HELD.with(|held| held.get()) == address(core)
+    core.layered.load(std::sync::atomic::Ordering::Relaxed)
+        && HELD.with(|held| held.get()) == address(core)
 }
 
 /// Without the tower layer no request holds a pool's slot.

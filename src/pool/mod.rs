@@ -525,6 +525,14 @@ impl Pool {
         Arc::ptr_eq(self.core(), other.core())
     }
 
+    /// A tower layer admits requests on this pool's slots (`AdmissionLayer::for_pool`).
+    #[cfg(feature = "tower")]
+    pub(crate) fn mark_layered(&self) {
+        self.core()
+            .layered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Marks this thread as serving a request that holds one of this pool's slots, for as
     /// long as the scope lives (the tower layer's pool mode, around its handler).
     #[cfg(feature = "tower")]

@@ -133,6 +133,7 @@ impl AdmissionLayer<OnPool> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn for_pool(pool: &Pool) -> AdmissionLayer<OnPool> {
+        pool.mark_layered();
         AdmissionLayer::with_mode(OnPool { pool: pool.clone() })
     }
 }
