@@ -26,6 +26,10 @@ use std::time::{Duration, Instant};
 
 use async_io::Timer;
 
+mod spent;
+
+pub use spent::{Phase, Spent};
+
 /// An instant after which an operation must not go on, or `never`.
 ///
 /// `never` orders after every instant, so [`Deadline::min()`] of a real deadline and

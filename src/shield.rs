@@ -713,14 +713,9 @@ impl fmt::Display for ShieldError {
     }
 }
 
-impl std::error::Error for ShieldError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ShieldError::Panicked(p) => Some(p),
-            ShieldError::RunnerDropped => None,
-        }
-    }
-}
+/// No `source()`: `Display` already shows the panic's message, so a chain printed by a
+/// reporter names each cause once.
+impl std::error::Error for ShieldError {}
 
 impl From<ShieldError> for std::io::Error {
     fn from(err: ShieldError) -> std::io::Error {

@@ -323,6 +323,6 @@ fn shield_errors_say_what_happened() {
         panicked.to_string(),
         "shielded work panicked: expected: boom"
     );
-    let source = panicked.source().expect("the panic is the source");
-    assert!(source.to_string().contains("expected: boom"), "{source}");
+    // Shown once: the message is in `Display`, so it is not a `source()` too.
+    assert!(panicked.source().is_none());
 }

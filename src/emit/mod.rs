@@ -91,7 +91,7 @@ pub(crate) const LABEL_GATE: &str = "gate";
 pub(crate) const LABEL_KEY: &str = "key";
 
 /// Histogram: seconds from the start of an operation (before its first queue) to its end,
-/// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`,
+/// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`, `deadline_in_line`,
 /// `cancelled`, `error`). Emitted by [`Operation`](crate::operation::Operation).
 pub(crate) const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
 

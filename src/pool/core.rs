@@ -34,6 +34,10 @@ pub(crate) struct Core {
     /// Notified when the last thread exits.
     exited: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether a tower layer admits requests on this pool's slots (`for_pool`): only then
+    /// can a caller's request hold one, and a refusal looks at the thread's mark.
+    #[cfg(feature = "tower")]
+    pub(crate) layered: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -52,6 +56,8 @@ impl Core {
             live_threads: AtomicUsize::new(0),
             exited: Signal::new(),
             threads: Mutex::new(Vec::with_capacity(workers + 1)),
+            #[cfg(feature = "tower")]
+            layered: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -170,6 +170,9 @@ pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
     // finishes or the gauges are published.
     match core.limit.try_acquire(true) {
         Ok(()) => Ok(admit(core, work, Duration::ZERO, true)),
+        // A handler whose own request holds one of the slots is told to use that one (one
+        // thread-local read, on the refusal path only).
+        Err(Refused::Saturated) if super::held::holds(core) => Err(TryRunError::OwnSlot(work)),
         Err(Refused::Saturated) => {
             let retry_after = core.limit.retry_after();
             Err(TryRunError::Saturated(Saturated::new(work, retry_after)))
@@ -256,14 +259,17 @@ impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         match self.1 {
             SlotRelease::Own => self.0.release_slot(),
-            SlotRelease::Lent(lent) => {
-                // Taken out under the cell's lock, dropped after it: dropping the share may
-                // release the holder's slot and wake the next waiter.
-                let share = lock(lent).take();
-                drop(share);
-            }
+            SlotRelease::Lent(lent) => release_lent(lent),
         }
     }
+}
+
+/// Drops a job's share of a lent slot: taken out under the cell's lock, dropped after it,
+/// because dropping the last share releases the holder's slot, which hands it to the next
+/// waiter and wakes that waiter (user code), and no waker runs under a loopguard lock.
+fn release_lent(lent: &Mutex<Option<Box<dyn Any + Send>>>) {
+    let share = lock(lent).take();
+    drop(share);
 }
 
 /// The handle of an admitted job.
@@ -366,7 +372,7 @@ mod tests {
 
     use futures_lite::future::block_on;
 
-    use super::try_admit;
+    use super::{release_lent, try_admit};
     use crate::Fallible;
     use crate::orphan::OrphanHandler;
     use crate::pool::Pool;
@@ -409,5 +415,40 @@ mod tests {
             reports.try_recv().is_none(),
             "one report, and none for a success"
         );
+    }
+
+    /// The last share of a lent slot is dropped outside the cell's lock: whatever its drop
+    /// runs (the release, the next waiter's waker) finds the lock free.
+    #[test]
+    fn a_lent_slot_is_let_go_outside_the_cells_lock() {
+        use std::any::Any;
+        use std::sync::{Arc, Mutex, Weak};
+
+        type Lent = Mutex<Option<Box<dyn Any + Send>>>;
+        struct Share {
+            cell: Weak<Lent>,
+            free: Arc<Mutex<Option<bool>>>,
+        }
+        impl Drop for Share {
+            fn drop(&mut self) {
+                let cell = self.cell.upgrade().expect("the cell outlives its share");
+                *self.free.lock().unwrap() = Some(cell.try_lock().is_ok());
+            }
+        }
+        let free = Arc::new(Mutex::new(None));
+        let lent: Arc<Lent> = Arc::new_cyclic(|cell| {
+            let share = Share {
+                cell: cell.clone(),
+                free: free.clone(),
+            };
+            Mutex::new(Some(Box::new(share) as Box<dyn Any + Send>))
+        });
+        release_lent(&lent);
+        assert_eq!(
+            *free.lock().unwrap(),
+            Some(true),
+            "dropped under the cell's lock"
+        );
+        assert!(lent.lock().unwrap().is_none());
     }
 }

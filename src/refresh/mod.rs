@@ -58,7 +58,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::deadline::Deadline;
+use crate::deadline::{Deadline, Spent};
 use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
@@ -349,7 +349,8 @@ where
         let mut joined = false;
         loop {
             if deadline.is_expired() {
-                return Err(self.expired());
+                // Past a given-up flight it joined, no collection of its own ran yet.
+                return Err(self.expired(Spent::IN_LINE));
             }
             let step = {
                 let mut state = lock(&core.state);
@@ -390,7 +391,8 @@ where
             // wait looks at the flight after registering: nothing slips in unnoticed.
             let ended = || lock(&core.state).in_flight != Some(generation);
             if deadline.run(core.event.wait(ended)).await.is_err() {
-                return Err(self.expired());
+                // The flight it joined was collecting.
+                return Err(self.expired(Spent::RUNNING));
             }
             let outcome = lock(&core.state).outcome_since(generation);
             if let Some(outcome) = outcome {
@@ -419,7 +421,7 @@ where
                 // refuses a success that lands past the deadline and reports a panic it
                 // refuses; a panic it returns is reported here, once.
                 match pool.run_within(deadline, job).await {
-                    Err(RunError::Expired(_)) => return Err(self.expired()),
+                    Err(RunError::Expired(spent)) => return Err(self.expired(spent)),
                     Ok(()) => {}
                     Err(RunError::Panicked(panicked)) => {
                         // The starter is the job's only awaiter: it reports, so the panic
@@ -442,7 +444,7 @@ where
                 let (runner, handle) = shield.wrap(future);
                 spawn(runner);
                 match deadline.run(handle).await {
-                    Err(_) => return Err(self.expired()),
+                    Err(_) => return Err(self.expired(Spent::RUNNING)),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
                         shield.report_panic(panicked, self.ran_for(generation));
@@ -468,9 +470,9 @@ where
         }
     }
 
-    fn expired(&self) -> RefreshError<E> {
+    fn expired(&self, spent: Spent) -> RefreshError<E> {
         self.inner.core.counters.expired.bump();
-        RefreshError::Expired
+        RefreshError::Expired(spent)
     }
 }
 

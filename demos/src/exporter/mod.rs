@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use futures_lite::future;
 use hyper::body::Bytes;
-use loopguard::deadline::Deadline;
+use loopguard::deadline::{Deadline, Phase, Spent};
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::{Pool, RunError, TryRunError};
 use loopguard::refresh::Refresh;
@@ -371,7 +371,7 @@ impl Shared {
                 Ok(job) => match deadline.run(job).await {
                     Ok(output) => output.map_err(RunError::Panicked),
                     // Dropping the job orphans it: the walk keeps its slot until it ends.
-                    Err(expired) => Err(RunError::Expired(expired)),
+                    Err(_) => Err(RunError::Expired(Spent::new(Phase::Running))),
                 },
                 Err(TryRunError::Saturated(busy)) => {
                     return Walked::Busy(busy.retry_after_secs());
