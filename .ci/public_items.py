@@ -3,7 +3,9 @@
 Reads rustdoc's `all.html` (every public item rustdoc documents: types, traits, functions,
 macros, constants; not methods) from `cargo doc --no-deps -p loopguard --all-features` and
 fails when it holds more than BUDGET entries, listing them. A new public item is a decision:
-raise the budget in the same change and say why in its message.
+raise the budget in the same change and say why in its message. Also fails when `src/` holds a
+`#[doc(hidden)]` item: public API is documented, and a sealed trait's methods live on its
+private supertrait.
 
 Run from the repository root after that `cargo doc`: `python3 .ci/public_items.py`.
 """
@@ -28,6 +30,16 @@ def main():
         print("public_items: no entries read from all.html (has rustdoc's layout changed?)")
         return 1
     print(f"public_items: {len(items)} public items (budget {BUDGET})")
+    hidden = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "src").rglob("*.rs"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "#[doc(hidden)]" in line
+    ]
+    if hidden:
+        print("\n".join(hidden))
+        print(f"public_items: {len(hidden)} #[doc(hidden)] items in src/: document them or seal them")
+        return 1
     if len(items) > BUDGET:
         print("\n".join(items))
         print(f"public_items: {len(items)} is over the budget of {BUDGET}")

@@ -195,7 +195,6 @@ impl Deadline {
     /// assert_eq!(d.remaining_at(now), Some(Duration::from_secs(3)));
     /// assert_eq!(d.remaining_at(now + Duration::from_secs(4)), Some(Duration::ZERO));
     /// ```
-    #[doc(hidden)]
     pub fn remaining_at(self, now: Instant) -> Option<Duration> {
         self.at.map(|at| at.saturating_duration_since(now))
     }
@@ -229,7 +228,6 @@ impl Deadline {
     /// assert!(!d.is_expired_at(now));
     /// assert!(d.is_expired_at(now + Duration::from_secs(1)));
     /// ```
-    #[doc(hidden)]
     pub fn is_expired_at(self, now: Instant) -> bool {
         match self.at {
             Some(at) => now >= at,

@@ -55,8 +55,21 @@ use crate::orphan::{OrphanHandler, Reporter};
 use crate::signal::{Signal, Wait};
 use crate::sync::{drop_quietly, panic_message};
 
+/// The sealed sides of [`IntoShielded`] and [`Detached`]: not nameable outside the crate.
 mod sealed {
-    pub trait Sealed {}
+    use crate::failure::Classifier;
+
+    pub trait Sealed {
+        /// The future, and which of its outputs are failures an orphaned one reports.
+        fn into_parts(
+            self,
+        ) -> (
+            <Self as super::IntoShielded>::Future,
+            Classifier<<Self as super::IntoShielded>::Output>,
+        )
+        where
+            Self: super::IntoShielded + Sized;
+    }
     pub trait SealedDetached {}
 }
 
@@ -90,23 +103,23 @@ pub trait IntoShielded: sealed::Sealed {
     type Future: Future<Output = Self::Output>;
     /// What the work returns.
     type Output;
-
-    #[doc(hidden)]
-    fn into_parts(self) -> (Self::Future, Classifier<Self::Output>);
 }
-
-impl<F: Future> sealed::Sealed for F {}
 
 impl<F: Future> IntoShielded for F {
     type Future = F;
     type Output = F::Output;
+}
 
-    fn into_parts(self) -> (F, Classifier<F::Output>) {
+impl<F: Future> sealed::Sealed for F {
+    fn into_parts(
+        self,
+    ) -> (
+        <Self as IntoShielded>::Future,
+        Classifier<<Self as IntoShielded>::Output>,
+    ) {
         (self, failure::never::<F::Output>)
     }
 }
-
-impl<F> sealed::Sealed for Fallible<F> {}
 
 impl<F, T, E> IntoShielded for Fallible<F>
 where
@@ -115,8 +128,19 @@ where
 {
     type Future = F;
     type Output = Result<T, E>;
+}
 
-    fn into_parts(self) -> (F, Classifier<Result<T, E>>) {
+impl<F, T, E> sealed::Sealed for Fallible<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: fmt::Debug,
+{
+    fn into_parts(
+        self,
+    ) -> (
+        <Self as IntoShielded>::Future,
+        Classifier<<Self as IntoShielded>::Output>,
+    ) {
         (self.0, failure::when_err::<T, E>)
     }
 }

@@ -484,7 +484,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// let later = Instant::now() + Duration::from_secs(10);
     /// assert_eq!(gate.demand_at(&"backend", later), 1.0);
     /// ```
-    #[doc(hidden)]
     pub fn demand_at(&self, key: &K, now: Instant) -> f64 {
         let state = self.inner.lock();
         state
@@ -610,7 +609,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// gate.prune_at(Instant::now() + Duration::from_secs(5));
     /// assert_eq!(gate.tracked_keys(), 0);
     /// ```
-    #[doc(hidden)]
     pub fn prune_at(&self, now: Instant) {
         let mut state = self.inner.lock();
         self.inner.sweep(&mut state, now);

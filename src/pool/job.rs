@@ -25,8 +25,18 @@ use crate::gate::Refused;
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::{drop_quietly, lock, panic_message};
 
+/// The sealed side of [`IntoJob`]: what a worker calls. Not nameable outside the crate, so
+/// the two implementations below are the only ones.
 mod sealed {
-    pub trait Sealed {}
+    use crate::failure::Classifier;
+
+    pub trait Sealed<T> {
+        /// Runs the job on the worker's thread.
+        fn run_job(self) -> T;
+
+        /// Which outputs are failures an orphaned job reports.
+        fn classify() -> Classifier<T>;
+    }
 }
 
 /// What a [`Pool`](super::Pool) runs: a closure `FnOnce() -> T + Send + 'static` whose
@@ -63,22 +73,16 @@ mod sealed {
 /// The output is a type parameter rather than an associated type so that the futures
 /// holding a job ([`Run`](super::Run)) name it directly: `Run<F, T>` stays `Send` inside
 /// any async fn, however many borrows that fn holds.
-pub trait IntoJob<T>: sealed::Sealed + Send + 'static {
-    #[doc(hidden)]
-    fn run_job(self) -> T;
+pub trait IntoJob<T>: sealed::Sealed<T> + Send + 'static {}
 
-    #[doc(hidden)]
-    fn classify() -> Classifier<T>;
-}
-
-impl<F, T> sealed::Sealed for F
+impl<F, T> IntoJob<T> for F
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
 }
 
-impl<F, T> IntoJob<T> for F
+impl<F, T> sealed::Sealed<T> for F
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -92,12 +96,19 @@ where
     }
 }
 
-impl<F> sealed::Sealed for Fallible<F> {}
-
 // Not offered as a fix when a plain closure fails (say, it captures an `Rc`): rustc then
 // names the capture instead of suggesting `Fallible`.
 #[diagnostic::do_not_recommend]
 impl<F, T, E> IntoJob<Result<T, E>> for Fallible<F>
+where
+    F: FnOnce() -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: fmt::Debug + Send + 'static,
+{
+}
+
+#[diagnostic::do_not_recommend]
+impl<F, T, E> sealed::Sealed<Result<T, E>> for Fallible<F>
 where
     F: FnOnce() -> Result<T, E> + Send + 'static,
     T: Send + 'static,

@@ -325,7 +325,6 @@ where
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
-    #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
         let cached =
             lock(&self.inner.core.state).cached_at(now, self.inner.ttl, self.inner.failure_ttl);
