@@ -28,24 +28,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::contain::{drop_contained, wake};
 use crate::failure::{Classifier, Panicked};
 use crate::orphan::Reporter;
-use crate::sync::{drop_contained, wake};
 
-// Under the crate's loom cfg (unit tests only) the stage's mutex is loom's, so the model in
-// `handoff/loom_model.rs` explores every interleaving; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{Mutex, MutexGuard};
-
-/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
-/// loom's).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Under the crate's loom cfg (unit tests only) the stage's mutex is loom's (see
+// `crate::sync`), so the model in `handoff/loom_model.rs` explores every interleaving.
+use crate::sync::{Mutex, lock};
 
 /// Where an outcome stands.
 enum Stage<T> {

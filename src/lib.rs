@@ -128,6 +128,7 @@
 
 #[cfg(feature = "prometheus-client")]
 mod collector;
+mod contain;
 mod emit;
 mod failure;
 mod gate;

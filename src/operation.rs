@@ -63,11 +63,11 @@ use std::time::Instant;
 
 use ::metrics::{Gauge, Histogram, SharedString};
 
+use crate::contain::contain;
 use crate::deadline::{Expired, Phase, Spent};
 use crate::pool::{RunError, WithinError};
 use crate::refresh::RefreshError;
 use crate::retry::RetryError;
-use crate::sync::contain;
 
 const RECORDER: &str = "the metrics recorder";
 use crate::emit::{

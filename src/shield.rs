@@ -49,11 +49,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::contain::{drop_quietly, panic_message};
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::orphan::{OrphanHandler, Reporter};
 use crate::signal::{Signal, Wait};
-use crate::sync::{drop_quietly, panic_message};
 
 /// The sealed sides of [`IntoShielded`] and [`Detached`]: not nameable outside the crate.
 mod sealed {

@@ -14,12 +14,10 @@ use std::task::{Context, Poll, Waker};
 // Under the crate's loom cfg (unit tests only) the list's lock is loom's, so
 // `signal/loom_model.rs` explores register, notify and drop racing; normal builds never
 // see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::Mutex;
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::Mutex;
+use crate::sync::Mutex;
 
-use crate::sync::{drop_contained, lock, wake};
+use crate::contain::{drop_contained, wake};
+use crate::sync::lock;
 
 /// A list of waiting tasks; see the [module docs](self).
 #[derive(Default)]

@@ -11,7 +11,7 @@ use ::metrics::{
     Counter, Gauge, Histogram, Unit, describe_counter, describe_gauge, describe_histogram,
 };
 
-use crate::sync::{CONTAINED, contain};
+use crate::contain::{CONTAINED, contain};
 
 pub(crate) mod durations;
 pub(crate) mod publisher;

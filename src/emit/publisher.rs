@@ -13,10 +13,7 @@
 //! publishes again) returns at once and asks for nothing, so it can neither deadlock nor
 //! keep the round going for ever.
 
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use std::cell::RefCell;
 

@@ -58,15 +58,12 @@ use std::time::Instant;
 // Under the crate's loom cfg (unit tests only) the key table's lock is loom's, so
 // `keyed/loom_model.rs` explores every interleaving of release, grant, cancel and sweep;
 // normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard, lock};
 
+use crate::contain::{contain, wake};
 use crate::demand::{DEFAULT_WINDOW, DemandCore, KEY_SLOTS};
 use crate::emit::publisher::OnePublisher;
 use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
-use crate::sync::{contain, wake};
 
 mod builder;
 mod permit;
@@ -177,7 +174,7 @@ impl Entry {
 
 impl<K: Hash + Eq> Keys<K> {
     fn lock(&self) -> MutexGuard<'_, KeyTable<K>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn release(&self, key: &K) {

@@ -23,7 +23,8 @@ use std::sync::Mutex;
 use futures_lite::Stream;
 
 use super::{Report, log_report};
-use crate::sync::{drop_contained, lock, wake};
+use crate::contain::{drop_contained, wake};
+use crate::sync::lock;
 
 /// The queue both sides share.
 struct Queue {

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{OrphanHandler, Report, ReportKind};
+use crate::contain::{contain, drop_contained};
 use crate::emit::{self, Counted, ORPHANED_FAILURES_TOTAL};
 use crate::failure::{Classifier, Panicked};
-use crate::sync::{contain, drop_contained};
 
 /// Where the outcomes of one pool's (or shield's) orphaned work go.
 pub(crate) struct Reporter {

@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 use super::core::Core;
 use super::error::{Saturated, TryRunError};
 use super::workers::Task;
+use crate::contain::{drop_quietly, panic_message};
 use crate::emit::JobOutcome;
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::gate::Refused;
 use crate::handoff::{Finished, Handoff, Taken};
-use crate::sync::{drop_quietly, lock, panic_message};
+use crate::sync::lock;
 
 /// The sealed side of [`IntoJob`]: what a worker calls. Not nameable outside the crate, so
 /// the two implementations below are the only ones.

@@ -24,18 +24,16 @@ use std::time::{Duration, Instant};
 // Under the crate's loom cfg (unit tests only) the state lock is loom's, so
 // `flight/loom_model.rs` explores complete, give up, join and restart racing; normal
 // builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-pub(crate) use loom::sync::Mutex;
-#[cfg(not(all(test, loopguard_loom)))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use crate::sync::Mutex;
 
 use crate::signal::Signal;
 use futures_lite::FutureExt;
 
+use crate::contain::{drop_contained, drop_quietly, panic_message, trace_panic};
 use crate::emit::{Counted, RunOutcome};
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
-use crate::sync::{drop_contained, drop_quietly, lock, panic_message, trace_panic};
+use crate::sync::lock;
 
 /// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
 /// into the metric registered when the cache was built.

@@ -58,11 +58,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::contain::drop_contained;
 use crate::deadline::{Deadline, Spent};
 use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::{drop_contained, lock};
+use crate::sync::lock;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
