@@ -35,8 +35,8 @@
 //! # Metrics
 //!
 //! Every orphaned failure is counted in `loopguard_orphaned_failures_total` with the label
-//! `pool` set to the shield's name, the same series a pool of that name uses (so give
-//! shields and pools distinct names), and in [`Shield::orphaned_failures`]. The series is
+//! `shield` set to the shield's name (a pool's carry `pool`), and in
+//! [`Shield::orphaned_failures`]. The series is
 //! created with a zero when the shield is built, so install the recorder first.
 //!
 
@@ -273,7 +273,11 @@ impl Shield {
     /// ```
     pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
         Shield {
-            reporter: Arc::new(Reporter::new(Arc::from(name), handler)),
+            reporter: Arc::new(Reporter::new(
+                crate::emit::LABEL_SHIELD,
+                Arc::from(name),
+                handler,
+            )),
             work: Arc::default(),
         }
     }

@@ -21,7 +21,7 @@
 //! | `loopguard_pool_job_seconds` | histogram | `pool` |
 //! | `loopguard_pool_oldest_job_seconds` | gauge, read | `pool` |
 //! | `loopguard_pool_demand_avg` | gauge, read | `pool` |
-//! | `loopguard_orphaned_failures_total` | counter | `pool` (a shield's name for a shield) |
+//! | `loopguard_orphaned_failures_total` | counter | `pool` for a pool's, `shield` for a shield's |
 //! | `loopguard_pool_stuck_jobs_total` | counter | `pool` |
 //! | `loopguard_keyed_demand_avg` | gauge, read | `gate`, `key` |
 //! | `loopguard_keyed_rejected_total` | counter | `gate` |

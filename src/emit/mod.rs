@@ -84,6 +84,12 @@ pub(crate) const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 /// rejected because the key was busy. Label: `gate`.
 pub(crate) const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 
+/// Label naming the pool (or the tower admission layer's limit) a series belongs to.
+pub(crate) const LABEL_POOL: &str = "pool";
+
+/// Label naming the shield an orphaned-failures series belongs to.
+pub(crate) const LABEL_SHIELD: &str = "shield";
+
 /// Label naming the gate a series belongs to.
 pub(crate) const LABEL_GATE: &str = "gate";
 

@@ -56,18 +56,20 @@ impl Limit {
     pub(crate) fn new(name: Arc<str>, capacity: usize, demand: Demand) -> Limit {
         let label = || name.to_string();
         let gauge = |metric: &'static str| {
-            let gauge =
-                emit::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            let gauge = emit::register(
+                || ::metrics::gauge!(metric, emit::LABEL_POOL => label()),
+                Gauge::noop,
+            );
             emit::set(&gauge, 0.0);
             gauge
         };
         emit::set(&gauge(POOL_CAPACITY), capacity as f64);
         let rejected = Counted::new(emit::register(
-            || ::metrics::counter!(POOL_REJECTED_TOTAL, "pool" => label()),
+            || ::metrics::counter!(POOL_REJECTED_TOTAL, emit::LABEL_POOL => label()),
             Counter::noop,
         ));
         let wait_seconds = emit::register(
-            || ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label()),
+            || ::metrics::histogram!(POOL_WAIT_SECONDS, emit::LABEL_POOL => label()),
             Histogram::noop,
         );
         Limit {

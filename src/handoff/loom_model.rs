@@ -25,7 +25,11 @@ fn handoff() -> (loom::sync::Arc<Handoff<u32>>, Arc<AtomicUsize>) {
     let handler = OrphanHandler::new(move |_| {
         seen.fetch_add(1, Ordering::SeqCst);
     });
-    let reporter = Arc::new(Reporter::new("model".into(), handler));
+    let reporter = Arc::new(Reporter::new(
+        crate::emit::LABEL_POOL,
+        "model".into(),
+        handler,
+    ));
     (
         loom::sync::Arc::new(Handoff::new(never::<u32>, reporter)),
         reports,

@@ -48,7 +48,11 @@ impl Core {
         let demand = builder.validated_demand()?;
         Ok(Core {
             stats: Stats::register(&name),
-            reporter: Arc::new(Reporter::new(name.clone(), builder.handler.clone())),
+            reporter: Arc::new(Reporter::new(
+                emit::LABEL_POOL,
+                name.clone(),
+                builder.handler.clone(),
+            )),
             limit: Limit::new(name, workers, demand),
             workers: Workers::new(workers, builder.spin),
             monitor: Monitor::new(),

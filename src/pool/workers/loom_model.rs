@@ -292,7 +292,11 @@ impl Request {
                 Err(refused) => Err(refused),
             };
         }
-        let reporter = Arc::new(Reporter::new("model".into(), OrphanHandler::new(|_| {})));
+        let reporter = Arc::new(Reporter::new(
+            crate::emit::LABEL_POOL,
+            "model".into(),
+            OrphanHandler::new(|_| {}),
+        ));
         let job = Arc::new(LentJob {
             pool: pool.clone(),
             handoff: Handoff::new(never::<u32>, reporter),
