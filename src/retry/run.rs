@@ -47,7 +47,7 @@ pin_project_lite::pin_project! {
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
-        attempt: Option<deadline::Run<Fut>>,
+        attempt: Option<deadline::DeadlineRun<Fut>>,
     }
 }
 

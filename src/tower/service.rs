@@ -15,7 +15,7 @@ use super::gated::Limited;
 use super::mode::{AdmitOutcome, Mode};
 use super::refuse::refusal;
 use super::slot::Slot;
-use crate::deadline::{Deadline, DeadlineTimer, Run, poll_timer};
+use crate::deadline::{Deadline, DeadlineRun, DeadlineTimer, poll_timer};
 use crate::pool::estimate::Line;
 
 /// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
@@ -232,7 +232,7 @@ impl<S, M: Mode> Admission<S, M> {
 /// A request waiting in line, then for its service's readiness (boxed: the other states
 /// stay small).
 struct WaitingRequest<S, ReqB, M: Mode> {
-    wait: Run<M::Wait>,
+    wait: DeadlineRun<M::Wait>,
     /// The slot, once granted, while the service gets ready.
     permit: Option<M::Permit>,
     /// The deadline's timer while the service gets ready.
