@@ -1,0 +1,88 @@
+//! The exporter's command line.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--worker-nice 10] [--worker-class idle] \
+[--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
+[--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
+
+/// Everything the exporter can be told.
+pub struct Config {
+    pub listen: SocketAddr,
+    pub workers: usize,
+    /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.
+    pub worker_nice: u8,
+    /// `idle` (true): the workers run in Linux's idle scheduling class, so the loop takes a
+    /// CPU from a walk the moment it wakes; `normal` (false): the loop's own class.
+    pub worker_sched_idle: bool,
+    pub series: usize,
+    /// Extra time each walk takes (for tests and demos).
+    pub walk_delay: Duration,
+    /// Above zero, scrapes share one walk per TTL.
+    pub cache_ttl: Duration,
+    /// The longest a scrape may take, however long the caller says it will wait.
+    pub scrape_budget: Duration,
+    /// Kept from the caller's budget to encode, send and parse the answer.
+    pub timeout_offset: Duration,
+    pub demand_window: Duration,
+    /// Zero: no background cardinality walk.
+    pub cardinality_interval: Duration,
+}
+
+/// Parses `--flag value` and `--flag=value` arguments; an error says what was wrong.
+pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+    let ms = Duration::from_millis;
+    let mut c = Config {
+        listen: ([127, 0, 0, 1], 9898).into(),
+        workers: 2,
+        worker_nice: 10,
+        worker_sched_idle: true,
+        series: 10_000,
+        walk_delay: ms(0),
+        cache_ttl: ms(0),
+        scrape_budget: ms(30_000),
+        timeout_offset: ms(500),
+        demand_window: ms(5_000),
+        cardinality_interval: ms(30_000),
+    };
+    while let Some(arg) = args.next() {
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
+            None => (arg, args.next()),
+        };
+        let value = value.ok_or(format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        let number = || value.parse::<u32>().map_err(|e| bad(&e));
+        let millis = || number().map(|n| ms(n.into()));
+        match flag.as_str() {
+            "--listen" => c.listen = value.parse().map_err(|e| bad(&e))?,
+            "--workers" => c.workers = number()? as usize,
+            "--worker-nice" => match number()? {
+                n @ 0..=19 => c.worker_nice = n as u8,
+                _ => return Err(bad(&"between 0 and 19")),
+            },
+            "--worker-class" => match value.as_str() {
+                "idle" => c.worker_sched_idle = true,
+                "normal" => c.worker_sched_idle = false,
+                _ => return Err(bad(&"idle or normal")),
+            },
+            "--series" => c.series = number()?.min(100_000_000) as usize,
+            "--walk-delay-ms" => c.walk_delay = millis()?,
+            "--cache-ttl-ms" => c.cache_ttl = millis()?,
+            "--scrape-budget-ms" => c.scrape_budget = millis()?,
+            "--scrape-timeout-offset-ms" => c.timeout_offset = millis()?,
+            "--demand-window-ms" => c.demand_window = millis()?,
+            "--cardinality-interval-ms" => c.cardinality_interval = millis()?,
+            _ => return Err(format!("unknown flag `{flag}`")),
+        }
+    }
+    let max = loopguard::pool::MAX_WORKERS;
+    if !(1..=max).contains(&c.workers) {
+        return Err(format!("--workers must be between 1 and {max}"));
+    }
+    if c.scrape_budget.is_zero() || c.demand_window.is_zero() {
+        return Err("--scrape-budget-ms and --demand-window-ms must be above 0".into());
+    }
+    Ok(c)
+}

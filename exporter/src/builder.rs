@@ -1,0 +1,329 @@
+//! The exporter's settings and their checks.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use loopguard::orphan::OrphanHandler;
+use loopguard::pool::{MAX_WORKERS, Pool};
+
+use crate::encoding::GZIP_LEVEL;
+use crate::exporter::Exporter;
+use crate::offload::Offload;
+use crate::source::Source;
+
+/// The default name of the exporter's pool: its threads' names and its metrics' `pool`
+/// label.
+pub const POOL_NAME: &str = "registry-serve";
+
+pub(crate) type Note = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Everything an [`Exporter`] was told, checked by [`ExporterBuilder::build`].
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) pool_name: String,
+    pub(crate) workers: usize,
+    pub(crate) worker_nice: u8,
+    pub(crate) worker_sched_idle: bool,
+    pub(crate) demand_window: Duration,
+    pub(crate) scrape_budget: Duration,
+    pub(crate) scrape_timeout_offset: Duration,
+    pub(crate) coalesce: Option<Duration>,
+    pub(crate) offload: Offload,
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) gzip_level: u32,
+    pub(crate) status_page: bool,
+    pub(crate) status_note: Option<Note>,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("pool_name", &self.pool_name)
+            .field("workers", &self.workers)
+            .field("worker_nice", &self.worker_nice)
+            .field("worker_sched_idle", &self.worker_sched_idle)
+            .field("scrape_budget", &self.scrape_budget)
+            .field("scrape_timeout_offset", &self.scrape_timeout_offset)
+            .field("coalesce", &self.coalesce)
+            .field("offload", &self.offload)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Exporter`]: [`Exporter::builder`].
+///
+/// Every setting has a default that the example and the storm measured; only the
+/// [`source`](ExporterBuilder::source) is required. A setting out of range is an
+/// [`InvalidInput`](io::ErrorKind::InvalidInput) error from [`build`](ExporterBuilder::build),
+/// never clamped.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+///
+/// let exporter = Exporter::builder()
+///     .source(render_fn(PROMETHEUS_TEXT, |b| Ok(b.extend_from_slice(b"up 1\n"))))
+///     .workers(1)
+///     .scrape_budget(Duration::from_secs(10))
+///     .build()?;
+/// assert_eq!(exporter.pool().stats().capacity, 1);
+/// assert!(Exporter::builder().build().is_err(), "no source");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct ExporterBuilder {
+    source: Option<Arc<dyn Source>>,
+    settings: Settings,
+    on_orphan: Option<OrphanHandler>,
+}
+
+impl fmt::Debug for ExporterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExporterBuilder")
+            .field("source", &self.source.is_some())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExporterBuilder {
+    pub(crate) fn new() -> ExporterBuilder {
+        ExporterBuilder {
+            source: None,
+            on_orphan: None,
+            settings: Settings {
+                pool_name: POOL_NAME.to_string(),
+                workers: 2,
+                worker_nice: 10,
+                worker_sched_idle: true,
+                demand_window: Duration::from_secs(5),
+                scrape_budget: Duration::from_secs(30),
+                scrape_timeout_offset: Duration::from_millis(500),
+                coalesce: None,
+                offload: Offload::Pool,
+                header_read_timeout: Duration::from_secs(10),
+                max_header_bytes: 16 * 1024,
+                max_body_bytes: 64 * 1024,
+                max_connections: 10_000,
+                shutdown_grace: Duration::from_secs(5),
+                gzip_level: GZIP_LEVEL,
+                status_page: true,
+                status_note: None,
+            },
+        }
+    }
+
+    /// The registry to serve (required).
+    pub fn source(mut self, source: impl Source) -> ExporterBuilder {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// The pool's name (default [`POOL_NAME`]): its threads are `NAME-0`, … and its series
+    /// carry `pool="NAME"`.
+    pub fn pool_name(mut self, name: &str) -> ExporterBuilder {
+        self.settings.pool_name = name.to_string();
+        self
+    }
+
+    /// Worker threads, and so renders at once (default 2; 1 to `loopguard::pool::MAX_WORKERS`).
+    pub fn workers(mut self, workers: usize) -> ExporterBuilder {
+        self.settings.workers = workers;
+        self
+    }
+
+    /// The workers' nice value, 0 to 19 (default 10): walks run below the loop, so that
+    /// refusals and `/healthz` answer while every core renders. See loopguard's
+    /// `PoolBuilder::worker_nice` for the caveats (Linux only; a no-op elsewhere).
+    pub fn worker_nice(mut self, nice: u8) -> ExporterBuilder {
+        self.settings.worker_nice = nice;
+        self
+    }
+
+    /// Whether the workers run in Linux's idle scheduling class (default `true`): the loop
+    /// then takes a CPU from a walk the moment it wakes instead of waiting for the next
+    /// scheduler tick. A walk in that class runs only on CPU time nothing else wants: on a
+    /// machine kept busy by other work, scrapes may then run out of budget (`504`). See
+    /// loopguard's `PoolBuilder::worker_sched_idle`.
+    pub fn worker_sched_idle(mut self, idle: bool) -> ExporterBuilder {
+        self.settings.worker_sched_idle = idle;
+        self
+    }
+
+    /// The window of the pool's demand average (default 5 s; above zero).
+    pub fn demand_window(mut self, window: Duration) -> ExporterBuilder {
+        self.settings.demand_window = window;
+        self
+    }
+
+    /// The longest a scrape may take, whatever its caller says it will wait (default 30 s;
+    /// above zero).
+    pub fn scrape_budget(mut self, budget: Duration) -> ExporterBuilder {
+        self.settings.scrape_budget = budget;
+        self
+    }
+
+    /// Kept from the caller's own budget (`X-Prometheus-Scrape-Timeout-Seconds`, Envoy's
+    /// `x-envoy-expected-rq-timeout-ms`, `grpc-timeout`) to send and parse the answer
+    /// (default 500 ms, Prometheus' own margin). An offset that would use a caller's budget
+    /// up shrinks it: the caller's budget stays a ceiling.
+    pub fn scrape_timeout_offset(mut self, offset: Duration) -> ExporterBuilder {
+        self.settings.scrape_timeout_offset = offset;
+        self
+    }
+
+    /// Scrapes share one walk per `ttl` through a loopguard `Refresh` (off by default:
+    /// exporter practice is to collect fresh for every scrape). When on, one walk per
+    /// scrape cycle is the documented choice: a `ttl` a little under the scrape interval,
+    /// so that the several Prometheus servers (or the HA pair) scraping one target share a
+    /// walk and each cycle still reads fresh values. Above zero.
+    pub fn coalesce(mut self, ttl: Duration) -> ExporterBuilder {
+        self.settings.coalesce = Some(ttl);
+        self
+    }
+
+    /// Where the render runs (default [`Offload::Pool`]); the other choices are baselines
+    /// for measurement.
+    pub fn offload(mut self, offload: Offload) -> ExporterBuilder {
+        self.settings.offload = offload;
+        self
+    }
+
+    /// A client must start a request head within this time and finish it within as long
+    /// again; it also bounds idle keep-alive connections and the body read (default 10 s;
+    /// above zero).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> ExporterBuilder {
+        self.settings.header_read_timeout = timeout;
+        self
+    }
+
+    /// The largest request head buffered, at least 8 KiB (default 16 KiB): larger heads
+    /// get `431`.
+    pub fn max_header_bytes(mut self, bytes: usize) -> ExporterBuilder {
+        self.settings.max_header_bytes = bytes;
+        self
+    }
+
+    /// The largest request body read (default 64 KiB): larger bodies get `413`.
+    pub fn max_body_bytes(mut self, bytes: usize) -> ExporterBuilder {
+        self.settings.max_body_bytes = bytes;
+        self
+    }
+
+    /// Connections open at most per listener (default 10 000; at least 1): past it, the
+    /// one idle the longest is closed to make room, never one with a request in progress.
+    pub fn max_connections(mut self, max: usize) -> ExporterBuilder {
+        self.settings.max_connections = max;
+        self
+    }
+
+    /// On shutdown, how long the requests in flight may take to finish, and then the walks
+    /// as long again (default 5 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> ExporterBuilder {
+        self.settings.shutdown_grace = grace;
+        self
+    }
+
+    /// The gzip level, 0 to 9 (default [`GZIP_LEVEL`](crate::GZIP_LEVEL)).
+    pub fn gzip_level(mut self, level: u32) -> ExporterBuilder {
+        self.settings.gzip_level = level;
+        self
+    }
+
+    /// Whether `/` serves a plain-text status page from `Pool::stats()` (default `true`):
+    /// its first line is `N connections`, then the pool's stats and the coalescing cache's.
+    pub fn status_page(mut self, on: bool) -> ExporterBuilder {
+        self.settings.status_page = on;
+        self
+    }
+
+    /// A note the status page adds to its first line (`N connections; NOTE`), read on the
+    /// loop for each page: keep it cheap.
+    pub fn status_note(
+        mut self,
+        note: impl Fn() -> String + Send + Sync + 'static,
+    ) -> ExporterBuilder {
+        self.settings.status_note = Some(Arc::new(note));
+        self
+    }
+
+    /// Where failures of walks whose scrape left are reported (default: loopguard's
+    /// default handler, which logs and counts).
+    pub fn on_orphan(mut self, handler: OrphanHandler) -> ExporterBuilder {
+        self.on_orphan = Some(handler);
+        self
+    }
+
+    /// Checks the settings and starts the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the setting when one is out of
+    /// range or no source was given; the pool's own error if its threads cannot start.
+    pub fn build(self) -> io::Result<Exporter> {
+        let s = &self.settings;
+        let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        let Some(source) = self.source else {
+            return invalid("no source: call `ExporterBuilder::source`".into());
+        };
+        if !(1..=MAX_WORKERS).contains(&s.workers) {
+            return invalid(format!(
+                "workers must be between 1 and {MAX_WORKERS}, not {}",
+                s.workers
+            ));
+        }
+        if s.worker_nice > 19 {
+            return invalid(format!(
+                "worker_nice must be between 0 and 19, not {}",
+                s.worker_nice
+            ));
+        }
+        for (name, value) in [
+            ("demand_window", s.demand_window),
+            ("scrape_budget", s.scrape_budget),
+            ("header_read_timeout", s.header_read_timeout),
+            ("coalesce", s.coalesce.unwrap_or(Duration::MAX)),
+        ] {
+            if value.is_zero() {
+                return invalid(format!("{name} must be above zero"));
+            }
+        }
+        if s.max_header_bytes < 8192 {
+            return invalid(format!(
+                "max_header_bytes must be at least 8192, not {}",
+                s.max_header_bytes
+            ));
+        }
+        if s.max_connections == 0 {
+            return invalid("max_connections must be at least 1".into());
+        }
+        if s.gzip_level > 9 {
+            return invalid(format!(
+                "gzip_level must be between 0 and 9, not {}",
+                s.gzip_level
+            ));
+        }
+        if s.coalesce.is_some() && s.offload != Offload::Pool {
+            return invalid("coalesce needs Offload::Pool".into());
+        }
+        let mut pool = Pool::builder()
+            .name(&s.pool_name)
+            .workers(s.workers)
+            .worker_nice(s.worker_nice)
+            .worker_sched_idle(s.worker_sched_idle)
+            .demand_window(s.demand_window);
+        if let Some(handler) = self.on_orphan {
+            pool = pool.on_orphan(handler);
+        }
+        Exporter::new(self.settings, source, pool.build()?)
+    }
+}

@@ -1,0 +1,167 @@
+//! Routing and the answers: `/metrics`, `/healthz`, `/`.
+
+use std::convert::Infallible;
+
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY};
+use hyper::{Method, Request, Response, StatusCode};
+use loopguard::deadline::Deadline;
+use loopguard::header::request_deadline;
+
+use crate::encoding::{self, Encoding};
+use crate::exporter::{Inner, Rendered};
+use crate::offload;
+use crate::sliced::{Sliced, Turn};
+use crate::status::Unserved;
+
+type Reply = Response<Sliced>;
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+    turn: &Turn,
+) -> Reply {
+    let mut response = Response::new(Sliced::new(body.into(), turn));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// The answer for a scrape that got no rendering: [`Unserved`]'s mapping.
+fn unserved(unserved: &Unserved, turn: &Turn) -> Reply {
+    let status =
+        StatusCode::from_u16(unserved.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = reply(status, TEXT, format!("{unserved}\n"), turn);
+    if let Some(secs) = unserved.retry_after_secs() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// Routes one request.
+pub(crate) async fn handle(
+    inner: &Inner,
+    request: Request<Incoming>,
+    turn: &Turn,
+) -> Result<Reply, Infallible> {
+    // The budget starts now, before the body read and any queue: the earliest of the
+    // server's budget and each one the caller sent (Prometheus', Envoy's, gRPC's), less the
+    // offset.
+    let s = &inner.settings;
+    let headers = request
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let deadline = request_deadline(headers, s.scrape_budget, s.scrape_timeout_offset);
+    let encoding = encoding::of_request(request.headers());
+    let path = request.uri().path();
+    let known = matches!(path, "/metrics" | "/healthz") || (path == "/" && s.status_page);
+    if !known {
+        return Ok(reply(StatusCode::NOT_FOUND, TEXT, "not found\n", turn));
+    }
+    let path = path.to_string();
+    if request.method() != Method::GET {
+        let mut response = reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n", turn);
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET"));
+        return Ok(response);
+    }
+    // A GET has no use for a body; read (and bound) it anyway so the connection stays usable.
+    let body = Limited::new(request.into_body(), s.max_body_bytes);
+    match Deadline::after(s.header_read_timeout)
+        .run(body.collect())
+        .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
+            return Ok(reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                TEXT,
+                "request body too large\n",
+                turn,
+            ));
+        }
+        Ok(Err(_)) | Err(_) => {
+            return Ok(reply(
+                StatusCode::BAD_REQUEST,
+                TEXT,
+                "bad request body\n",
+                turn,
+            ));
+        }
+    }
+    Ok(match path.as_str() {
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n", turn),
+        "/metrics" => metrics(inner, deadline, encoding, turn).await,
+        _ => status_page(inner, turn),
+    })
+}
+
+async fn metrics(inner: &Inner, deadline: Deadline, encoding: Encoding, turn: &Turn) -> Reply {
+    // Read-side gauges, on the loop, before asking for a slot: a walk never counts itself.
+    inner.pool.publish_metrics();
+    let rendered = match &inner.cache {
+        Some(cache) => match cache.get(deadline).await {
+            Ok(Rendered { gzip, .. }) if encoding == Encoding::Gzip => Ok(gzip),
+            Ok(Rendered { plain, .. }) => Ok(plain),
+            Err(err) => Err(Unserved::from(err)),
+        },
+        None => {
+            let (source, s) = (inner.source.clone(), &inner.settings);
+            offload::render(
+                s.offload,
+                &inner.pool,
+                deadline,
+                source,
+                encoding,
+                s.gzip_level,
+            )
+            .await
+        }
+    };
+    match rendered {
+        Ok(body) => {
+            let mut response = reply(StatusCode::OK, inner.source.content_type(), body, turn);
+            let headers = response.headers_mut();
+            headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+            if let Some(coding) = encoding.header() {
+                headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding));
+            }
+            response
+        }
+        Err(err) => {
+            if let Unserved::Failed(message) = &err {
+                // Answered, so not an orphan: this is its one report.
+                log::error!("scrape failed: {message}");
+            }
+            unserved(&err, turn)
+        }
+    }
+}
+
+/// The plain-text status page: `N connections` (and the note), then the pool's stats and
+/// the coalescing cache's, read on the loop; no walk, no slot.
+fn status_page(inner: &Inner, turn: &Turn) -> Reply {
+    inner.pool.publish_metrics();
+    let stats = inner.pool.stats();
+    let cache = inner.cache.as_ref().map(|c| c.stats());
+    let open = inner.connections.load(std::sync::atomic::Ordering::SeqCst);
+    let note = inner
+        .settings
+        .status_note
+        .as_ref()
+        .map(|note| format!("; {}", note()));
+    let page = format!(
+        "{open} connections{}\n{stats:#?}\n{cache:#?}\n",
+        note.unwrap_or_default()
+    );
+    reply(StatusCode::OK, TEXT, page, turn)
+}
