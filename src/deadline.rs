@@ -5,7 +5,7 @@
 //! sleep, a body read) spends the same budget, so a "one second" call cannot quietly
 //! turn into 1.1 s because its clock started after a queue.
 //!
-//! Expiry is **cooperative**: it is observed at await points (by [`Run`] and
+//! Expiry is **cooperative**: it is observed at await points (by [`DeadlineRun`] and
 //! [`Sleep`]) and at [`Deadline::check()`] in blocking code. A deadline never pre-empts
 //! a thread, and work that is running when it passes goes on until it next looks.
 //!
@@ -25,6 +25,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
+
+mod spent;
+
+pub use spent::{Phase, Spent};
 
 /// An instant after which an operation must not go on, or `never`.
 ///
@@ -191,7 +195,6 @@ impl Deadline {
     /// assert_eq!(d.remaining_at(now), Some(Duration::from_secs(3)));
     /// assert_eq!(d.remaining_at(now + Duration::from_secs(4)), Some(Duration::ZERO));
     /// ```
-    #[doc(hidden)]
     pub fn remaining_at(self, now: Instant) -> Option<Duration> {
         self.at.map(|at| at.saturating_duration_since(now))
     }
@@ -225,7 +228,6 @@ impl Deadline {
     /// assert!(!d.is_expired_at(now));
     /// assert!(d.is_expired_at(now + Duration::from_secs(1)));
     /// ```
-    #[doc(hidden)]
     pub fn is_expired_at(self, now: Instant) -> bool {
         match self.at {
             Some(at) => now >= at,
@@ -265,7 +267,7 @@ impl Deadline {
 
     /// Runs `future` within this deadline: a timeout.
     ///
-    /// See [`Run`] for the one rule: a poll that starts after the deadline resolves to
+    /// See [`DeadlineRun`] for the one rule: a poll that starts after the deadline resolves to
     /// `Err(Expired)` without polling `future`; an output `future` produces is returned.
     ///
     /// # Examples
@@ -284,8 +286,8 @@ impl Deadline {
     /// assert_eq!(stuck, Err(Expired));
     /// # });
     /// ```
-    pub fn run<F: Future>(self, future: F) -> Run<F> {
-        Run {
+    pub fn run<F: Future>(self, future: F) -> DeadlineRun<F> {
+        DeadlineRun {
             deadline: self,
             timer: None,
             future,
@@ -372,14 +374,14 @@ pin_project_lite::pin_project! {
     /// thrown away: an output (a success or a failure) is the caller's as soon as it
     /// exists. When the inner future is pending, a timer at the deadline wakes the task.
     /// This is tokio's `timeout` rule with one difference: tokio polls the inner future
-    /// first even after expiry, `Run` does not.
+    /// first even after expiry, `DeadlineRun` does not.
     ///
     /// Futures that own a hand-off judge lateness themselves, because only they can give
     /// a refused output to someone else: [`Pool::run_within`](crate::pool::Pool::run_within),
     /// [`Pool::try_run_within`](crate::pool::Pool::try_run_within),
     /// [`Retry`](crate::retry::Retry) and [`Refresh`](crate::refresh::Refresh) refuse a
     /// success that lands after their deadline and report a refused failure exactly once.
-    /// Wrapping a [`Job`](crate::pool::Job) in `Run` needs no such care: a job the
+    /// Wrapping a [`Job`](crate::pool::Job) in `DeadlineRun` needs no such care: a job the
     /// deadline stops polling is dropped, which orphans it, and its failure is reported.
     ///
     /// Expiry is cooperative: a blocking inner `poll` is never interrupted.
@@ -397,15 +399,15 @@ pin_project_lite::pin_project! {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::deadline::{Deadline, Run};
+    /// use loopguard::deadline::{Deadline, DeadlineRun};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let within: Run<_> = Deadline::never().run(async { "done" });
+    /// let within: DeadlineRun<_> = Deadline::never().run(async { "done" });
     /// assert_eq!(within.await, Ok("done"));
     /// # });
     /// ```
     #[must_use = "futures do nothing unless you `.await` or poll them"]
-    pub struct Run<F> {
+    pub struct DeadlineRun<F> {
         deadline: Deadline,
         timer: Option<DeadlineTimer>,
         #[pin]
@@ -413,7 +415,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F> Run<F> {
+impl<F> DeadlineRun<F> {
     /// The deadline this future runs within.
     ///
     /// # Examples
@@ -429,16 +431,16 @@ impl<F> Run<F> {
     }
 }
 
-impl<F> fmt::Debug for Run<F> {
+impl<F> fmt::Debug for DeadlineRun<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Run")
+        f.debug_struct("DeadlineRun")
             .field("deadline", &self.deadline)
             .field("timer_armed", &self.timer.is_some())
             .finish_non_exhaustive()
     }
 }
 
-impl<F: Future> Future for Run<F> {
+impl<F: Future> Future for DeadlineRun<F> {
     type Output = Result<F::Output, Expired>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -248,8 +248,11 @@ impl<const N: usize> DemandCore<N> {
 /// sliding window.
 ///
 /// Every method takes `&self`; share it by reference or inside an [`Arc`].
-/// Each method has an `_at` twin taking an explicit [`Instant`] (for tests and
-/// callers with their own clock); the plain ones use [`Instant::now`]. An
+/// The methods that create, change or read the history at a time ([`new`](Self::new),
+/// [`add`](Self::add), [`average`](Self::average), [`enter`](Self::enter) and
+/// [`DemandGuard`]'s leave) have an `_at` twin taking an explicit [`Instant`] (for
+/// deterministic tests, simulations and callers replaying recorded timestamps); the plain
+/// ones use [`Instant::now`]. An
 /// instant earlier than the last event (as can happen across threads) is
 /// treated as the time of the last event. The level saturates at zero, so a
 /// misplaced extra leave cannot make it negative. A poisoned lock is
@@ -301,8 +304,9 @@ impl Demand {
         Self::new_at(window, Instant::now())
     }
 
-    /// Creates a tracker whose history starts at `start`: for deterministic tests, like
-    /// every `_at` method here (hidden from the docs; [`new`](Self::new) is the API).
+    /// Creates a tracker whose history starts at `start`, for a caller with its own clock
+    /// (a deterministic test, a simulation, a replay of recorded timestamps), like every
+    /// `_at` method here; [`new`](Self::new) starts it now.
     ///
     /// # Errors
     ///
@@ -319,7 +323,6 @@ impl Demand {
     /// assert_eq!(demand.average_at(t0), 0.0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    #[doc(hidden)]
     pub fn new_at(window: Duration, start: Instant) -> io::Result<Self> {
         Ok(Self {
             core: Arc::new(Mutex::new(DemandCore::new(window, start)?)),
@@ -374,7 +377,6 @@ impl Demand {
     /// demand.add_at(Instant::now(), -1); // misuse: stays at zero
     /// assert_eq!(demand.level(), 0);
     /// ```
-    #[doc(hidden)]
     pub fn add_at(&self, now: Instant, delta: isize) {
         self.lock().add_at(now, delta);
     }
@@ -422,7 +424,6 @@ impl Demand {
     /// assert_eq!(demand.average_at(t0 + Duration::from_secs(60)), 1.0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    #[doc(hidden)]
     pub fn average_at(&self, now: Instant) -> f64 {
         let core = *self.lock();
         core.average_at(now)
@@ -447,7 +448,19 @@ impl Demand {
     }
 
     /// Adds one to the level at `now`; see [`enter`](Self::enter).
-    #[doc(hidden)]
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use loopguard::demand::Demand;
+    ///
+    /// let demand = Demand::default();
+    /// let guard = demand.enter_at(Instant::now());
+    /// assert_eq!(demand.level(), 1);
+    /// drop(guard);
+    /// assert_eq!(demand.level(), 0);
+    /// ```
     pub fn enter_at(&self, now: Instant) -> DemandGuard {
         self.add_at(now, 1);
         DemandGuard {
@@ -496,8 +509,20 @@ pub struct DemandGuard {
 }
 
 impl DemandGuard {
-    /// Removes the unit at `now` instead of at drop time (for deterministic tests).
-    #[doc(hidden)]
+    /// Removes the unit at `now` instead of at drop time (for a caller with its own clock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use loopguard::demand::Demand;
+    ///
+    /// let t0 = Instant::now();
+    /// let demand = Demand::new_at(Duration::from_secs(4), t0)?;
+    /// demand.enter_at(t0).leave_at(t0 + Duration::from_secs(1));
+    /// assert_eq!(demand.average_at(t0 + Duration::from_secs(4)), 0.25);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn leave_at(mut self, now: Instant) {
         self.active = false;
         self.demand.add_at(now, -1);

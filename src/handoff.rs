@@ -7,8 +7,8 @@
 //!
 //! A runner with accounting of its own (a pool's worker, which gives a slot back) delivers
 //! in two steps: [`store`](Handoff::store) puts the outcome in place (a handle dropped
-//! from then on reports it, and `is_finished` says so) but does not let the handle take
-//! it yet; the runner settles its accounting; then [`Stored::publish`] makes the outcome
+//! from then on reports it) but does not let the handle take it yet (nor `is_finished`
+//! say so); the runner settles its accounting; then [`Stored::publish`] makes the outcome
 //! takeable and wakes the handle. So a caller can only ever see its outcome once the
 //! runner's accounting is done: a caller woken by its job never finds the job's slot
 //! still held, whether it was woken or polled for another reason.
@@ -28,24 +28,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::contain::{drop_contained, wake};
 use crate::failure::{Classifier, Panicked};
 use crate::orphan::Reporter;
-use crate::sync::{drop_contained, wake};
 
-// Under the crate's loom cfg (unit tests only) the stage's mutex is loom's, so the model in
-// `handoff/loom_model.rs` explores every interleaving; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{Mutex, MutexGuard};
-
-/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
-/// loom's).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// Under the crate's loom cfg (unit tests only) the stage's mutex is loom's (see
+// `crate::sync`), so the model in `handoff/loom_model.rs` explores every interleaving.
+use crate::sync::{Mutex, lock};
 
 /// Where an outcome stands.
 enum Stage<T> {
@@ -256,11 +245,12 @@ impl<T> Handoff<T> {
         }
     }
 
-    /// Whether the outcome is ready to be taken, or was (the runner finished or left).
+    /// Whether the outcome is ready to be taken, or was (the runner finished or left). A
+    /// stored outcome not yet published is not: a poll would still return `Pending`.
     pub(crate) fn is_finished(&self) -> bool {
         matches!(
             *lock(&self.stage),
-            Stage::Stored(..) | Stage::Ready(..) | Stage::Abandoned | Stage::Taken
+            Stage::Ready(..) | Stage::Abandoned | Stage::Taken
         )
     }
 

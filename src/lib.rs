@@ -39,7 +39,7 @@
 //! let body = match pool.try_run_within(deadline, || "up 1\n".to_string()).await {
 //!     Ok(body) => body,
 //!     Err(WithinError::Saturated(busy)) => format!("busy, retry after {}s", busy.retry_after_secs()),
-//!     Err(WithinError::Expired) => "budget spent; the walk goes on, on its slot".to_string(),
+//!     Err(WithinError::Expired(_)) => "budget spent; the walk goes on, on its slot".to_string(),
 //!     Err(err) => return Err(err.into()),
 //! };
 //! assert_eq!(body, "up 1\n");
@@ -53,6 +53,7 @@
 //! |---|---|
 //! | blocking work off the loop, refused at once when busy | [`Pool::try_run`](pool::Pool::try_run) |
 //! | the same, waiting in line | [`Pool::run`](pool::Pool::run) |
+//! | waiting in line, refused at once when the line cannot clear in time | [`Run::refuse_early`](pool::Run::refuse_early) |
 //! | fail fast and a budget in one call | [`Pool::try_run_within`](pool::Pool::try_run_within) |
 //! | async work that must finish even if its caller leaves | [`shield::Shield`] |
 //! | failures nobody awaited, on your loop | [`orphan::OrphanHandler::channel`] |
@@ -127,10 +128,13 @@
 
 #[cfg(feature = "prometheus-client")]
 mod collector;
+mod contain;
 mod emit;
 mod failure;
 mod gate;
 mod handoff;
+#[cfg(all(test, loopguard_loom))]
+mod loom_util;
 mod signal;
 mod sync;
 

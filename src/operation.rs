@@ -10,7 +10,8 @@
 //! | outcome | when |
 //! |---|---|
 //! | `success` | the output was classified as [`Outcome::Success`] |
-//! | `deadline` | the output was classified as [`Outcome::Deadline`] (for example [`Expired`]) |
+//! | `deadline` | the output was classified as [`Outcome::Deadline`]: the budget ran out while the work ran, or in a wait that has no line (for example [`Expired`], a [`Spent`] in [`Phase::Running`]) |
+//! | `deadline_in_line` | the output was classified as [`Outcome::DeadlineInLine`]: the budget ran out in line, before the work started (a [`Spent`] in [`Phase::InLine`]) |
 //! | `error` | the output was classified as [`Outcome::Error`], or the future panicked |
 //! | `cancelled` | the future was dropped before it finished |
 //!
@@ -18,12 +19,18 @@
 //! `Drop` does the bookkeeping.
 //!
 //! How an output is classified is up to the [`Classify`] trait (implemented for
-//! `Result<T, E>` where `E: Classify`, for [`Expired`], [`RetryError`], [`io::Error`] and
-//! [`Outcome`] itself), or to a closure passed to [`Operation::measure_with()`].
+//! `Result<T, E>` where `E: Classify`, for [`Expired`], [`Spent`], [`RunError`],
+//! [`WithinError`], [`RefreshError`], [`RetryError`], [`io::Error`] and [`Outcome`] itself),
+//! or to a closure passed to [`Operation::measure_with()`].
+//!
+//! The two deadline outcomes together are every call whose budget ran out: a dashboard
+//! that wants that share sums `outcome=~"deadline|deadline_in_line"`. Apart, they tell a
+//! line that was too long (`deadline_in_line`: nothing ran, a refusal would have served the
+//! caller better) from work that was too slow (`deadline`).
 //!
 //! # Series that exist from the start
 //!
-//! [`Operation::new()`] registers the four `outcome` histograms and the in-flight gauge
+//! [`Operation::new()`] registers the five `outcome` histograms and the in-flight gauge
 //! with the installed recorder, so they are known before the first call ends. Whether a
 //! registered but never recorded histogram is *rendered* is up to the recorder: some
 //! exporters only print a histogram once it has an observation. Install the recorder
@@ -56,10 +63,11 @@ use std::time::Instant;
 
 use ::metrics::{Gauge, Histogram, SharedString};
 
-use crate::deadline::Expired;
+use crate::contain::contain;
+use crate::deadline::{Expired, Phase, Spent};
 use crate::pool::{RunError, WithinError};
+use crate::refresh::RefreshError;
 use crate::retry::RetryError;
-use crate::sync::contain;
 
 const RECORDER: &str = "the metrics recorder";
 use crate::emit::{
@@ -75,15 +83,19 @@ use crate::emit::{
 /// use loopguard::operation::Outcome;
 ///
 /// assert_eq!(Outcome::Deadline.as_str(), "deadline");
-/// assert_eq!(Outcome::ALL.len(), 4);
+/// assert_eq!(Outcome::ALL.len(), 5);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Outcome {
     /// The operation did what it was asked in time.
     Success,
-    /// The operation's deadline passed first.
+    /// The operation's deadline passed first: while its work ran, or in a wait with no
+    /// line (label `deadline`).
     Deadline,
+    /// The operation's deadline passed while it waited in line, before its work started
+    /// (label `deadline_in_line`).
+    DeadlineInLine,
     /// The future was dropped before it finished.
     Cancelled,
     /// The operation failed for another reason (or panicked).
@@ -99,16 +111,17 @@ impl Outcome {
     /// use loopguard::operation::Outcome;
     ///
     /// let labels: Vec<_> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
-    /// assert_eq!(labels, ["success", "deadline", "cancelled", "error"]);
+    /// assert_eq!(labels, ["success", "deadline", "deadline_in_line", "cancelled", "error"]);
     /// ```
-    pub const ALL: [Outcome; 4] = [
+    pub const ALL: [Outcome; 5] = [
         Outcome::Success,
         Outcome::Deadline,
+        Outcome::DeadlineInLine,
         Outcome::Cancelled,
         Outcome::Error,
     ];
 
-    /// The label value: `success`, `deadline`, `cancelled` or `error`.
+    /// The label value: `success`, `deadline`, `deadline_in_line`, `cancelled` or `error`.
     ///
     /// # Examples
     ///
@@ -121,6 +134,7 @@ impl Outcome {
         match self {
             Outcome::Success => "success",
             Outcome::Deadline => "deadline",
+            Outcome::DeadlineInLine => "deadline_in_line",
             Outcome::Cancelled => "cancelled",
             Outcome::Error => "error",
         }
@@ -130,8 +144,9 @@ impl Outcome {
         match self {
             Outcome::Success => 0,
             Outcome::Deadline => 1,
-            Outcome::Cancelled => 2,
-            Outcome::Error => 3,
+            Outcome::DeadlineInLine => 2,
+            Outcome::Cancelled => 3,
+            Outcome::Error => 4,
         }
     }
 }
@@ -198,6 +213,17 @@ impl Classify for Expired {
     }
 }
 
+/// [`Outcome::DeadlineInLine`] for a budget spent in line, [`Outcome::Deadline`] for one spent
+/// while the work ran.
+impl Classify for Spent {
+    fn outcome(&self) -> Outcome {
+        match self.phase() {
+            Phase::InLine => Outcome::DeadlineInLine,
+            _ => Outcome::Deadline,
+        }
+    }
+}
+
 /// [`Outcome::Deadline`] when the deadline ended the retry, [`Outcome::Error`] otherwise.
 impl<E> Classify for RetryError<E> {
     fn outcome(&self) -> Outcome {
@@ -209,34 +235,49 @@ impl<E> Classify for RetryError<E> {
     }
 }
 
-/// [`Outcome::Deadline`] when the job's deadline passed, [`Outcome::Error`] otherwise (a
+/// The [`Spent`]'s outcome when the job's deadline passed, [`Outcome::Error`] otherwise (a
 /// panic, a closed pool): `op.measure(pool.run_within(deadline, job))` just works.
 impl Classify for RunError {
     fn outcome(&self) -> Outcome {
         match self {
-            RunError::Expired(_) => Outcome::Deadline,
+            RunError::Expired(spent) => spent.outcome(),
             _ => Outcome::Error,
         }
     }
 }
 
-/// [`Outcome::Deadline`] when the deadline passed, [`Outcome::Error`] otherwise: a
+/// The [`Spent`]'s outcome when the deadline passed, [`Outcome::Error`] otherwise: a
 /// refusal (`Saturated`, with its `Retry-After`) is an error of this operation.
 impl<W> Classify for WithinError<W> {
     fn outcome(&self) -> Outcome {
         match self {
-            WithinError::Expired => Outcome::Deadline,
+            WithinError::Expired(spent) => spent.outcome(),
             _ => Outcome::Error,
         }
     }
 }
 
-/// [`Outcome::Deadline`] for an error made from [`Expired`], [`Outcome::Error`] otherwise
-/// (other `TimedOut` errors included: they are not this operation's budget).
+/// The [`Spent`]'s outcome when the caller's deadline ended, [`Outcome::Error`] otherwise.
+impl<E> Classify for RefreshError<E> {
+    fn outcome(&self) -> Outcome {
+        match self {
+            RefreshError::Expired(spent) => spent.outcome(),
+            _ => Outcome::Error,
+        }
+    }
+}
+
+/// [`Outcome::Deadline`] for an error made from [`Expired`], the [`Spent`]'s outcome for one
+/// made from a [`Spent`], [`Outcome::Error`] otherwise (other `TimedOut` errors included:
+/// they are not this operation's budget).
 impl Classify for io::Error {
     fn outcome(&self) -> Outcome {
         match self.get_ref() {
             Some(inner) if inner.is::<Expired>() => Outcome::Deadline,
+            Some(inner) => match inner.downcast_ref::<Spent>() {
+                Some(spent) => spent.outcome(),
+                None => Outcome::Error,
+            },
             _ => Outcome::Error,
         }
     }
@@ -263,7 +304,7 @@ pub struct Operation {
 
 struct Handles {
     name: SharedString,
-    durations: [Histogram; 4],
+    durations: [Histogram; 5],
     in_flight: Gauge,
 }
 
@@ -276,7 +317,7 @@ impl fmt::Debug for Operation {
 }
 
 impl Operation {
-    /// Registers the series of operation `name`: the four `outcome` histograms and the
+    /// Registers the series of operation `name`: the five `outcome` histograms and the
     /// in-flight gauge.
     ///
     /// The gauge is registered with a zero *increment*, not set to zero, so creating a

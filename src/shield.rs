@@ -35,8 +35,8 @@
 //! # Metrics
 //!
 //! Every orphaned failure is counted in `loopguard_orphaned_failures_total` with the label
-//! `pool` set to the shield's name, the same series a pool of that name uses (so give
-//! shields and pools distinct names), and in [`Shield::orphaned_failures`]. The series is
+//! `shield` set to the shield's name (a pool's carry `pool`), and in
+//! [`Shield::orphaned_failures`]. The series is
 //! created with a zero when the shield is built, so install the recorder first.
 //!
 
@@ -49,14 +49,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::contain::{drop_quietly, panic_message};
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::orphan::{OrphanHandler, Reporter};
 use crate::signal::{Signal, Wait};
-use crate::sync::{drop_quietly, panic_message};
 
+/// The sealed sides of [`IntoShielded`] and [`Detached`]: not nameable outside the crate.
 mod sealed {
-    pub trait Sealed {}
+    use crate::failure::Classifier;
+
+    pub trait Sealed {
+        /// The future, and which of its outputs are failures an orphaned one reports.
+        fn into_parts(
+            self,
+        ) -> (
+            <Self as super::IntoShielded>::Future,
+            Classifier<<Self as super::IntoShielded>::Output>,
+        )
+        where
+            Self: super::IntoShielded + Sized;
+    }
     pub trait SealedDetached {}
 }
 
@@ -90,23 +103,23 @@ pub trait IntoShielded: sealed::Sealed {
     type Future: Future<Output = Self::Output>;
     /// What the work returns.
     type Output;
-
-    #[doc(hidden)]
-    fn into_parts(self) -> (Self::Future, Classifier<Self::Output>);
 }
-
-impl<F: Future> sealed::Sealed for F {}
 
 impl<F: Future> IntoShielded for F {
     type Future = F;
     type Output = F::Output;
+}
 
-    fn into_parts(self) -> (F, Classifier<F::Output>) {
+impl<F: Future> sealed::Sealed for F {
+    fn into_parts(
+        self,
+    ) -> (
+        <Self as IntoShielded>::Future,
+        Classifier<<Self as IntoShielded>::Output>,
+    ) {
         (self, failure::never::<F::Output>)
     }
 }
-
-impl<F> sealed::Sealed for Fallible<F> {}
 
 impl<F, T, E> IntoShielded for Fallible<F>
 where
@@ -115,8 +128,19 @@ where
 {
     type Future = F;
     type Output = Result<T, E>;
+}
 
-    fn into_parts(self) -> (F, Classifier<Result<T, E>>) {
+impl<F, T, E> sealed::Sealed for Fallible<F>
+where
+    F: Future<Output = Result<T, E>>,
+    E: fmt::Debug,
+{
+    fn into_parts(
+        self,
+    ) -> (
+        <Self as IntoShielded>::Future,
+        Classifier<<Self as IntoShielded>::Output>,
+    ) {
         (self.0, failure::when_err::<T, E>)
     }
 }
@@ -179,6 +203,9 @@ pub struct Shield {
 #[derive(Debug, Default)]
 struct Tracker {
     count: AtomicUsize,
+    /// Finished work counted out of `count` whose outcome is not takeable yet (a runner
+    /// between its finish and its publish): `wait_idle` waits for it too.
+    publishing: AtomicUsize,
     idle: Signal,
 }
 
@@ -196,6 +223,23 @@ impl Tracker {
 
     fn in_flight(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    /// A runner is about to count its work out before it publishes the outcome.
+    fn begin_publish(&self) {
+        self.publishing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The outcome announced by `begin_publish` is takeable.
+    fn end_publish(&self) {
+        if self.publishing.fetch_sub(1, Ordering::AcqRel) == 1 && self.in_flight() == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Nothing in flight, and every outcome counted out is takeable.
+    fn is_idle(&self) -> bool {
+        self.in_flight() == 0 && self.publishing.load(Ordering::Acquire) == 0
     }
 }
 
@@ -229,7 +273,11 @@ impl Shield {
     /// ```
     pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
         Shield {
-            reporter: Arc::new(Reporter::new(Arc::from(name), handler)),
+            reporter: Arc::new(Reporter::new(
+                crate::emit::LABEL_SHIELD,
+                Arc::from(name),
+                handler,
+            )),
             work: Arc::default(),
         }
     }
@@ -353,8 +401,8 @@ impl Shield {
     }
 
     /// Resolves once [`in_flight`](Shield::in_flight) is zero: every piece of work wrapped so
-    /// far has finished and its outcome was handed over or reported (orphaned failures
-    /// included), or its runner was dropped. Resolves at once when nothing is in flight.
+    /// far has finished and its outcome was handed over (ready to be taken) or reported
+    /// (orphaned failures included), or its runner was dropped. Resolves at once when nothing is in flight.
     /// Work wrapped after it resolved is not waited for.
     ///
     /// For a clean shutdown: drop the handles nobody will await, wait for this, then exit;
@@ -394,7 +442,7 @@ impl Shield {
     /// ```
     pub fn wait_idle(&self) -> ShieldWaitIdle<'_> {
         let work = &*self.work;
-        let idle: IdleCheck<'_> = Box::new(move || work.in_flight() == 0);
+        let idle: IdleCheck<'_> = Box::new(move || work.is_idle());
         ShieldWaitIdle {
             work,
             wait: work.idle.wait(idle),
@@ -475,8 +523,10 @@ impl<T> Delivery<T> {
     fn deliver(&mut self, result: Result<T, Panicked>, elapsed: Duration) {
         if let Some(handoff) = self.handoff.take() {
             let stored = handoff.store(result, elapsed);
+            self.work.begin_publish();
             self.work.finish();
             stored.publish();
+            self.work.end_publish();
         }
     }
 }
@@ -691,14 +741,9 @@ impl fmt::Display for ShieldError {
     }
 }
 
-impl std::error::Error for ShieldError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ShieldError::Panicked(p) => Some(p),
-            ShieldError::RunnerDropped => None,
-        }
-    }
-}
+/// No `source()`: `Display` already shows the panic's message, so a chain printed by a
+/// reporter names each cause once.
+impl std::error::Error for ShieldError {}
 
 impl From<ShieldError> for std::io::Error {
     fn from(err: ShieldError) -> std::io::Error {

@@ -9,10 +9,15 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
-use crate::sync::{drop_contained, lock, wake};
+// Under the crate's loom cfg (unit tests only) the list's lock is loom's, so
+// `signal/loom_model.rs` explores register, notify and drop racing; normal builds never
+// see loom.
+use crate::sync::Mutex;
+
+use crate::contain::{drop_contained, wake};
+use crate::sync::lock;
 
 /// A list of waiting tasks; see the [module docs](self).
 #[derive(Default)]
@@ -150,7 +155,11 @@ impl<C> fmt::Debug for Wait<'_, C> {
     }
 }
 
-#[cfg(test)]
+/// Exhaustive interleavings of register, notify and drop, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;
+
+#[cfg(all(test, not(loopguard_loom)))]
 mod tests {
     use super::*;
     use std::sync::Arc;

@@ -1,105 +1,58 @@
-//! Small helpers shared by the modules: poison-free locking, and the one way this crate
-//! contains code it does not own.
+//! The one std/loom switch, and poison-free locking.
 //!
-//! Where loopguard itself calls such code (a job, a waker it stored, a logger, a metrics
-//! recorder, an orphan handler, a failure's `Debug`, the `Drop` of an output or of a waker
-//! it let go), the call goes through [`contain`] or a helper built on it, with loopguard's
-//! own state already consistent and no lock held. A panic there is caught, so it cannot
-//! unwind into a worker loop, a `Drop`, or a hand-off that still has work to do, and it
-//! leaves a trace: [`trace_panic`] writes one line to stderr, which needs no user code.
-//! Other crates' primitives are not wrapped: what they call is theirs to call.
+//! The primitives a loom model explores (the gate, the hand-off, the workers' queue, the
+//! keyed gate, the signal, the refresh flight, the retry ledger, the publisher) take their
+//! `Arc`, `Mutex`, `Condvar` and atomics from here, as tokio's take theirs from its `loom`
+//! module. Only the crate's own unit tests see loom (`cfg(all(test, loopguard_loom))`): the
+//! crate is also built as a plain library under the same flags (its tests depend on it,
+//! with the `tower` feature), and loom is a dev-dependency. Everything else uses std
+//! directly; [`lock`] takes either mutex.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::task::Waker;
+#[cfg(all(test, loopguard_loom))]
+pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, atomic};
+#[cfg(not(all(test, loopguard_loom)))]
+pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, atomic};
 
-/// Panics of user code contained so far in this process; read by
-/// [`telemetry::contained_panics`](crate::telemetry::contained_panics).
-pub(crate) static CONTAINED: AtomicU64 = AtomicU64::new(0);
+use std::sync::PoisonError;
 
 /// Locks `mutex`, recovering the guard if a panic poisoned it.
 ///
 /// Every critical section in this crate leaves its data consistent before anything that
 /// can panic runs, so a poisoned lock carries no broken invariant and is safe to reuse.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+///
+/// `mutex` is std's, or loom's: the modules a loom model explores take theirs from this
+/// module, which swaps loom's in under the crate's loom cfg.
+pub(crate) fn lock<M: Lock + ?Sized>(mutex: &M) -> M::Guard<'_> {
+    mutex.lock_recovering()
 }
 
-/// Runs `f`, user code, containing a panic: `None` if it panicked. The panic payload is
-/// dropped with its own `Drop` contained too, and a line naming `what` goes to stderr.
-pub(crate) fn contain<R>(what: &str, f: impl FnOnce() -> R) -> Option<R> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(value) => Some(value),
-        Err(payload) => {
-            let message = panic_message(&*payload);
-            drop_quietly(payload);
-            trace_panic(what, &message);
-            None
-        }
+/// A mutex [`lock`] takes: std's, and loom's under the crate's loom cfg.
+pub(crate) trait Lock {
+    /// The guard of a locked mutex.
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// Locks, recovering the guard from poison.
+    fn lock_recovering(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Lock for std::sync::Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn lock_recovering(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// The trace a contained panic leaves: one line on stderr. Not through `log`, because the
-/// logger is user code too (and may be what panicked).
-pub(crate) fn trace_panic(what: &str, message: &str) {
-    // The first few get a line each; after that they are only counted, so code that keeps
-    // panicking cannot flood stderr.
-    const LINES: u64 = 8;
-    let seen = CONTAINED.fetch_add(1, Ordering::Relaxed);
-    if seen >= LINES {
-        return;
-    }
-    // `eprintln!` panics if stderr is closed; a trace must never add a panic of its own.
-    let _ = catch_unwind(|| {
-        use std::io::Write as _;
-        let mut stderr = std::io::stderr();
-        let _ = writeln!(
-            stderr,
-            "loopguard: {what} panicked and was contained: {message}"
-        );
-        if seen + 1 == LINES {
-            let _ = writeln!(
-                stderr,
-                "loopguard: further contained panics are only counted (telemetry::contained_panics)"
-            );
-        }
-    });
-}
-
-/// Describes a panic payload: its message when it is a string, a placeholder otherwise.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&'static str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
+#[cfg(all(test, loopguard_loom))]
+impl<T> Lock for loom::sync::Mutex<T> {
+    type Guard<'a>
+        = loom::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    fn lock_recovering(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
-
-/// Drops `value`, containing a panic from its `Drop` (no trace: a payload's `Drop` is the
-/// only caller, and tracing it would recurse). Returns whether the drop panicked.
-pub(crate) fn drop_quietly<T>(value: T) -> bool {
-    catch_unwind(AssertUnwindSafe(move || drop(value))).is_err()
-}
-
-/// Drops `value`, an output of user code nobody will take, containing a panic in its `Drop`
-/// and leaving a trace naming `what`.
-pub(crate) fn drop_contained<T>(what: &str, value: T) {
-    contain(what, move || drop(value));
-}
-
-/// Wakes a task. A `Waker` is user code: a panic in it must not unwind into a worker, a
-/// `Drop`, or a loop that still has other tasks to wake.
-pub(crate) fn wake(waker: Waker) {
-    contain("a Waker", || waker.wake());
-}
-
-/// Logs through the `log` facade, containing a panicking logger.
-macro_rules! log_contained {
-    ($level:ident, $($arg:tt)+) => {
-        $crate::sync::contain("the logger", || ::log::$level!(target: "loopguard", $($arg)+))
-    };
-}
-pub(crate) use log_contained;

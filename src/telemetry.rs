@@ -21,7 +21,7 @@
 //! | `loopguard_pool_job_seconds` | histogram | `pool` |
 //! | `loopguard_pool_oldest_job_seconds` | gauge, read | `pool` |
 //! | `loopguard_pool_demand_avg` | gauge, read | `pool` |
-//! | `loopguard_orphaned_failures_total` | counter | `pool` (a shield's name for a shield) |
+//! | `loopguard_orphaned_failures_total` | counter | `pool` for a pool's, `shield` for a shield's |
 //! | `loopguard_pool_stuck_jobs_total` | counter | `pool` |
 //! | `loopguard_keyed_demand_avg` | gauge, read | `gate`, `key` |
 //! | `loopguard_keyed_rejected_total` | counter | `gate` |
@@ -29,12 +29,20 @@
 //! | `loopguard_refresh_hits_total` | counter | `cache` |
 //! | `loopguard_refresh_joins_total` | counter | `cache` |
 //! | `loopguard_refresh_expired_waits_total` | counter | `cache` |
-//! | `loopguard_operation_duration_seconds` | histogram | `operation`, `outcome` = `success` / `deadline` / `cancelled` / `error` |
+//! | `loopguard_operation_duration_seconds` | histogram | `operation`, `outcome` = `success` / `deadline` / `deadline_in_line` / `cancelled` / `error` |
 //! | `loopguard_operations_in_flight` | gauge | `operation` |
 //! | `loopguard_ignored_budget_headers_total` | counter | `header` = `x-prometheus-scrape-timeout-seconds` / `x-envoy-expected-rq-timeout-ms` / `grpc-timeout` |
 //! | `loopguard_retry_budget_refused_total` | counter | `budget` |
 //! | `loopguard_loop_lag_seconds` | histogram | `loop` |
 //! | `loopguard_loop_slow_polls_total` | counter | `loop`, `task` |
+//!
+//! Two `outcome` vocabularies, on purpose. What *ran* (a pool's job, a cache's collection)
+//! ends `ok`, `error` (a `Fallible` job's or a collection's `Err`) or, for a job, `panicked`:
+//! the work is loopguard's to run, so the outcome is what the work did. What a caller
+//! *measured* (an [`Operation`](crate::operation::Operation)) ends `success`, `error`,
+//! `cancelled` (dropped unfinished) or a spent budget, `deadline` (while it ran) or
+//! `deadline_in_line` (before anything ran): a request's outcome includes what the
+//! caller's budget and the caller's own drop did to it, which a job never sees.
 //!
 //! The `loop` series are a [`LoopLag`](crate::lag::LoopLag)'s: one lateness observation per
 //! tick of its probe, and a task's slow polls from the task's first instrumented future.

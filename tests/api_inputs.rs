@@ -128,20 +128,33 @@ proptest! {
         }
         prop_assert_eq!(Backoff::none().pause(n), Duration::ZERO);
 
-        // Building a retry policy from any numbers is fine but for zero attempts, which is
-        // refused, never clamped; running it needs a deadline.
+        // Building a retry policy from any numbers is fine but for zero attempts and a zero
+        // attempt timeout, which are refused, never clamped; running it needs a deadline.
         match Retry::new().attempts(attempts) {
             Ok(retry) => {
                 prop_assert!(attempts >= 1);
-                let retry = retry.backoff(exp).attempt_timeout(timeout).max_retry_after(timeout);
-                let text = format!("{retry:?}");
-                prop_assert!(text.contains(&format!("attempts: {attempts},")), "{}", text);
+                match retry.backoff(exp).attempt_timeout(timeout) {
+                    Ok(retry) => {
+                        prop_assert!(!timeout.is_zero());
+                        let retry = retry.max_retry_after(timeout);
+                        let text = format!("{retry:?}");
+                        prop_assert!(text.contains(&format!("attempts: {attempts},")), "{}", text);
+                        prop_assert!(text.contains(&format!("attempt_timeout: Some({timeout:?})")), "{}", text);
+                    }
+                    Err(err) => {
+                        prop_assert!(timeout.is_zero());
+                        prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+                    }
+                }
             }
             Err(err) => {
                 prop_assert_eq!(attempts, 0);
                 prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
             }
         }
+        // Zero exactly, whatever the generator draws.
+        let zero = Retry::new().attempt_timeout(Duration::ZERO).unwrap_err();
+        prop_assert_eq!(zero.kind(), std::io::ErrorKind::InvalidInput);
     }
 }
 

@@ -1,4 +1,4 @@
-//! `Deadline`, `Run` and `Sleep`: explicit instants for the arithmetic, real timers
+//! `Deadline`, `DeadlineRun` and `Sleep`: explicit instants for the arithmetic, real timers
 //! (on every executor) for the futures.
 
 mod common;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Counted, assert_elapsed_near, ready_late};
 use futures_lite::future;
 use loopguard::deadline::{Deadline, Expired};
-use loopguard::deadline::{Run, Sleep};
+use loopguard::deadline::{DeadlineRun, Sleep};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -132,10 +132,10 @@ fn auto_traits() {
     send_sync::<Expired>();
     send_sync::<Sleep>();
     unpin::<Sleep>();
-    send_sync::<Run<future::Ready<u8>>>();
-    unpin::<Run<future::Ready<u8>>>();
+    send_sync::<DeadlineRun<future::Ready<u8>>>();
+    unpin::<DeadlineRun<future::Ready<u8>>>();
     let f = Deadline::never().run(async {});
-    assert!(format!("{f:?}").contains("Run"));
+    assert!(format!("{f:?}").contains("DeadlineRun"));
     assert!(format!("{:?}", Deadline::never().sleep(MS(1))).contains("Sleep"));
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{LandsAtDeadline, Latch, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
 use loopguard::Fallible;
-use loopguard::deadline::{Deadline, Expired};
+use loopguard::deadline::{Deadline, Expired, Phase, Spent};
 use loopguard::orphan::Report;
 use loopguard::pool::{Pool, RunError, WithinError};
 use loopguard::refresh::{Refresh, RefreshError};
@@ -135,7 +135,7 @@ on_every_executor! {
         release.open();
         pool.wait_idle().await;
         // The outcome is delivered; the poll that sees it starts past the deadline.
-        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired)));
+        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired(s)) if s == Spent::new(Phase::Running)));
 
         // The same with a panic: refused, and reported to the handler exactly once.
         let release = Arc::new(Latch::new());
@@ -152,7 +152,7 @@ on_every_executor! {
         }
         release.open();
         pool.wait_idle().await;
-        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired)));
+        assert!(matches!(bounded(LIMIT, walk).await, Err(WithinError::Expired(s)) if s == Spent::new(Phase::Running)));
         pool.wait_idle().await;
         let reports: Vec<String> = seen.lock().unwrap().iter().map(|r| r.message().to_string()).collect();
         assert_eq!(reports, ["expected boom, late"]);
@@ -191,7 +191,7 @@ on_every_executor! {
         let out = pool
             .try_run_within(Deadline::at(Instant::now()), move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
             .await;
-        assert!(matches!(out, Err(WithinError::Expired)));
+        assert!(matches!(out, Err(WithinError::Expired(s)) if s == Spent::new(Phase::InLine)));
         assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(pool.in_use(), 0);
         // Closed: the job comes back.
@@ -243,7 +243,7 @@ where
         }
         latch.open();
         match bounded(LIMIT, get).await {
-            Err(RefreshError::Panicked(_) | RefreshError::Expired) => {}
+            Err(RefreshError::Panicked(_) | RefreshError::Expired(_)) => {}
             other => panic!("unexpected outcome {other:?}"),
         }
         true

@@ -131,7 +131,7 @@ fn observations(op: &Operation, outcome: Outcome) -> Vec<f64> {
     series.observations.lock().unwrap().clone()
 }
 
-fn counts(op: &Operation) -> [usize; 4] {
+fn counts(op: &Operation) -> [usize; 5] {
     Outcome::ALL.map(|o| observations(op, o).len())
 }
 
@@ -141,15 +141,15 @@ fn in_flight(op: &Operation) -> f64 {
     *series.gauge.lock().unwrap()
 }
 
-/// `[success, deadline, cancelled, error]` with a one in `outcome`'s place.
-fn only(outcome: Outcome) -> [usize; 4] {
+/// `[success, deadline, deadline_in_line, cancelled, error]` with a one in `outcome`'s place.
+fn only(outcome: Outcome) -> [usize; 5] {
     Outcome::ALL.map(|o| usize::from(o == outcome))
 }
 
 #[test]
 fn every_series_is_registered_up_front_at_zero() {
     let op = new_op("registered");
-    assert_eq!(counts(&op), [0, 0, 0, 0]);
+    assert_eq!(counts(&op), [0, 0, 0, 0, 0]);
     assert_eq!(in_flight(&op), 0.0);
 }
 
@@ -191,7 +191,7 @@ on_every_executor!(
         let mut fut = Box::pin(op.measure(Deadline::never().run(future::pending::<()>())));
         assert!(future::poll_once(&mut fut).await.is_none());
         assert_eq!(in_flight(&op), 1.0);
-        assert_eq!(counts(&op), [0, 0, 0, 0]);
+        assert_eq!(counts(&op), [0, 0, 0, 0, 0]);
         drop(fut);
         assert_eq!(counts(&op), only(Outcome::Cancelled));
         assert_eq!(in_flight(&op), 0.0);
@@ -320,7 +320,7 @@ fn concurrent_calls_each_observed_once_from_other_threads() {
         let _ = w.join().unwrap();
     }
     assert_eq!(rx.try_iter().count(), 4);
-    assert_eq!(counts(&op), [2, 2, 0, 0]);
+    assert_eq!(counts(&op), [2, 2, 0, 0, 0]);
     assert_eq!(in_flight(&op), 0.0);
 }
 
@@ -332,7 +332,7 @@ fn manual_guard_records_once() {
     assert_eq!(in_flight(&op), 2.0);
     a.finish(Outcome::Deadline);
     drop(b);
-    assert_eq!(counts(&op), [0, 1, 1, 0]);
+    assert_eq!(counts(&op), [0, 1, 0, 1, 0]);
     assert_eq!(in_flight(&op), 0.0);
 }
 
@@ -340,7 +340,7 @@ fn manual_guard_records_once() {
 /// the README's Operations section describes, compile and record the right outcome.
 #[test]
 fn a_pools_deadline_futures_are_measured_by_their_outcome() {
-    use loopguard::deadline::Deadline;
+    use loopguard::deadline::{Deadline, Phase, Spent};
     use loopguard::operation::{Classify, Outcome};
     use loopguard::pool::{Pool, RunError, WithinError};
 
@@ -348,14 +348,16 @@ fn a_pools_deadline_futures_are_measured_by_their_outcome() {
     futures_lite::future::block_on(async {
         let ok = pool.run_within(Deadline::never(), || 1_u8).await;
         assert_eq!(ok.outcome(), Outcome::Success);
-        let late: Result<u8, RunError> = Err(RunError::Expired(loopguard::deadline::Expired));
+        let late: Result<u8, RunError> = Err(RunError::Expired(Spent::new(Phase::Running)));
         assert_eq!(late.outcome(), Outcome::Deadline);
+        let queued: Result<u8, RunError> = Err(RunError::Expired(Spent::new(Phase::InLine)));
+        assert_eq!(queued.outcome(), Outcome::DeadlineInLine);
         assert_eq!(Err::<u8, _>(RunError::Closed).outcome(), Outcome::Error);
         let spent = pool
             .try_run_within(Deadline::at(std::time::Instant::now()), || 2_u8)
             .await;
-        assert!(matches!(spent, Err(WithinError::Expired)));
-        assert_eq!(spent.outcome(), Outcome::Deadline);
+        assert!(matches!(spent, Err(WithinError::Expired(s)) if s.phase() == Phase::InLine));
+        assert_eq!(spent.outcome(), Outcome::DeadlineInLine);
         // Measured whole, as the README's Operations section shows.
         let op = loopguard::operation::Operation::new("walk");
         let walked = op
@@ -368,5 +370,58 @@ fn a_pools_deadline_futures_are_measured_by_their_outcome() {
             .measure(pool.try_run_within(Deadline::never(), || 4_u8))
             .await;
         assert_eq!(admitted.ok(), Some(4));
+    });
+}
+
+/// The two phases of a spent budget land in two series: `deadline_in_line` for a caller
+/// that never got a slot, `deadline` for one whose job ran past it; through `RunError`,
+/// `WithinError`, `RefreshError` and an `io::Error` made from them alike.
+#[test]
+fn a_budget_spent_in_line_and_one_spent_running_are_told_apart() {
+    use loopguard::deadline::{Phase, Spent};
+    use loopguard::pool::{Pool, RunError};
+    use loopguard::refresh::{Refresh, RefreshError};
+    use std::sync::mpsc;
+
+    let pool = Pool::builder().workers(1).build().unwrap();
+    let op = new_op("phases");
+    let (release, gate) = mpsc::channel::<()>();
+    let (started, running) = mpsc::channel::<()>();
+    future::block_on(async {
+        // The only slot is held by a job that runs past its caller's 30 ms.
+        let holder = op.measure(pool.run_within(
+            Deadline::after(Duration::from_millis(30)),
+            move || {
+                started.send(()).unwrap();
+                gate.recv().ok();
+            },
+        ));
+        let holder = common::bounded(Duration::from_secs(10), holder).await;
+        assert_eq!(holder, Err(RunError::Expired(Spent::new(Phase::Running))));
+        running.recv().unwrap();
+        assert_eq!(counts(&op), only(Outcome::Deadline));
+        // A second caller waits in line behind it until its own 30 ms are gone.
+        let queued = op.measure(pool.run_within(Deadline::after(Duration::from_millis(30)), || ()));
+        let queued = common::bounded(Duration::from_secs(10), queued).await;
+        assert_eq!(queued, Err(RunError::Expired(Spent::new(Phase::InLine))));
+        assert_eq!(counts(&op), [0, 1, 1, 0, 0]);
+        // The same phases through the other errors and through `io::Error`.
+        let io_in_line: io::Error = RunError::Expired(Spent::new(Phase::InLine)).into();
+        assert_eq!(io_in_line.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(Err::<(), _>(io_in_line).outcome(), Outcome::DeadlineInLine);
+        let io_running: io::Error = Spent::new(Phase::Running).into();
+        assert_eq!(Err::<(), _>(io_running).outcome(), Outcome::Deadline);
+        let cache = Refresh::builder("phases").on_pool(&pool, || Ok::<u8, String>(1));
+        let refreshed = op
+            .measure(cache.get(Deadline::after(Duration::from_millis(30))))
+            .await;
+        assert_eq!(
+            refreshed,
+            Err(RefreshError::Expired(Spent::new(Phase::InLine))),
+            "no slot for it"
+        );
+        assert_eq!(counts(&op), [0, 1, 2, 0, 0]);
+        release.send(()).unwrap();
+        pool.wait_idle().await;
     });
 }

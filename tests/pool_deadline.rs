@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Counter, Latch, bounded, hold, poll_once};
 use loopguard::Fallible;
-use loopguard::deadline::Deadline;
+use loopguard::deadline::{Deadline, Phase, Spent};
 use loopguard::orphan::{OrphanHandler, Report};
 use loopguard::pool::{Pool, RunError, WithinError};
 
@@ -47,7 +47,7 @@ on_every_executor! {
         }))
         .await;
         let took = began.elapsed();
-        assert!(matches!(out, Err(RunError::Expired(_))), "{out:?}");
+        assert_eq!(out, Err(RunError::Expired(Spent::new(Phase::InLine))), "spent waiting for the slot");
         assert!(took >= budget, "returned before the deadline: {took:?}");
         assert!(took < budget + Duration::from_millis(300), "overshot: {took:?}");
         assert_eq!(pool.waiting(), 0, "the expired caller left the queue");
@@ -85,7 +85,7 @@ on_every_executor! {
         }
 
         // Polled now, the expired caller hands the slot back at once.
-        assert!(matches!(first.await, Err(RunError::Expired(_))));
+        assert_eq!(first.await, Err(RunError::Expired(Spent::new(Phase::InLine))), "never admitted");
         assert_eq!(bounded(LIMIT, second).await, Ok("second"));
         assert!(!first_ran.load(Ordering::SeqCst));
         pool.wait_idle().await;
@@ -113,7 +113,7 @@ on_every_executor! {
             Err("walk failed late")
         })))
         .await;
-        assert!(matches!(out, Err(RunError::Expired(_))));
+        assert_eq!(out, Err(RunError::Expired(Spent::new(Phase::Running))));
         started.wait_for(1);
         assert_eq!(pool.in_use(), 1, "the orphaned walk keeps its slot");
         assert!(pool.try_run(|| ()).unwrap_err().is_saturated());
@@ -146,7 +146,7 @@ on_every_executor! {
         }
         done.wait_for(1);
         pass(deadline).await;
-        assert!(matches!(run.await, Err(RunError::Expired(_))));
+        assert_eq!(run.await, Err(RunError::Expired(Spent::new(Phase::Running))), "admitted: it ran");
         pool.wait_idle().await;
         assert_eq!(pool.in_use(), 0);
     }
@@ -159,7 +159,7 @@ on_every_executor! {
         let flag = ran.clone();
         let expired = Deadline::at(Instant::now());
         let out = pool.run_within(expired, move || flag.store(true, Ordering::SeqCst)).await;
-        assert!(matches!(out, Err(RunError::Expired(_))));
+        assert_eq!(out, Err(RunError::Expired(Spent::new(Phase::InLine))));
         pool.wait_idle().await;
         assert!(!ran.load(Ordering::SeqCst));
         assert_eq!(pool.stats().jobs_ok, 0);
@@ -200,7 +200,7 @@ on_every_executor! {
         let walk = pool.try_run_within(budget, move || opened.wait());
         // The job is still held by the latch: only the deadline's timer can end the wait.
         let out = bounded(LIMIT, walk).await;
-        assert!(matches!(out, Err(WithinError::Expired)), "{out:?}");
+        assert!(matches!(out, Err(WithinError::Expired(s)) if s == Spent::new(Phase::Running)), "{out:?}");
         assert_eq!(pool.in_use(), 1, "the orphaned job keeps its slot");
         release.open();
         pool.wait_idle().await;

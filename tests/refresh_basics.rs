@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Counter, Latch, MapRecorder, bounded, poll_once};
-use loopguard::deadline::Deadline;
+use loopguard::deadline::{Deadline, Phase, Spent};
 use loopguard::orphan::{OrphanHandler, Report, ReportKind};
 use loopguard::pool::Pool;
 use loopguard::refresh::{Refresh, RefreshError};
@@ -151,10 +151,10 @@ on_every_executor! {
         let gated = Gated::new();
         let cache = gated.cache(&pool, LONG);
         // The starter's budget ends while the collection runs.
-        assert_eq!(bounded(LIMIT, cache.get(soon())).await, Err(RefreshError::Expired));
+        assert_eq!(bounded(LIMIT, cache.get(soon())).await, Err(RefreshError::Expired(Spent::new(Phase::Running))));
         gated.started.wait_for(1);
         // A joiner's too.
-        assert_eq!(bounded(LIMIT, cache.get(soon())).await, Err(RefreshError::Expired));
+        assert_eq!(bounded(LIMIT, cache.get(soon())).await, Err(RefreshError::Expired(Spent::new(Phase::Running))));
         assert!(cache.stats().in_flight);
         gated.release.open();
         pool.wait_idle().await;
@@ -164,7 +164,7 @@ on_every_executor! {
         assert_eq!(stats.joins, 1);
         // An expired deadline on entry serves nothing and starts nothing.
         let past = Deadline::at(Instant::now());
-        assert_eq!(cache.refresh(past).await, Err(RefreshError::Expired));
+        assert_eq!(cache.refresh(past).await, Err(RefreshError::Expired(Spent::new(Phase::InLine))));
         assert_eq!(gated.runs.load(Ordering::SeqCst), 1);
     }
 }
@@ -200,7 +200,8 @@ on_every_executor! {
         let mut starter: Get<'_> = Box::pin(starter);
         assert!(poll_once(&mut starter).await.is_none(), "waits for the slot");
         assert!(poll_once(&mut joiner).await.is_none(), "joins");
-        assert_eq!(bounded(LIMIT, starter).await, Err(RefreshError::Expired));
+        // It waited for a pool slot: in line, the collection never started.
+        assert_eq!(bounded(LIMIT, starter).await, Err(RefreshError::Expired(Spent::new(Phase::InLine))));
         assert_eq!(gated.runs.load(Ordering::SeqCst), 0, "nothing started");
         blocker.open();
         assert_eq!(bounded(LIMIT, joiner).await, Ok(100));
@@ -421,7 +422,10 @@ fn async_collection_on_smol_outlives_its_caller_and_panics_are_reported() {
     let cache = async_cache(&shield, |r| smol::spawn(r).detach(), rx, runs.clone());
     smol::block_on(async {
         // The caller leaves; the spawned collection goes on and is cached.
-        assert_eq!(cache.get(soon()).await, Err(RefreshError::Expired));
+        assert_eq!(
+            cache.get(soon()).await,
+            Err(RefreshError::Expired(Spent::new(Phase::Running)))
+        );
         tx.send(Ok(5)).await.unwrap();
         // Joins the collection if it is still finishing, else a hit.
         assert_eq!(cache.get(Deadline::after(LIMIT)).await, Ok(5));

@@ -126,6 +126,21 @@ fn errors_display_and_chain() {
 }
 
 #[test]
+fn zero_attempt_timeout_is_refused_not_clamped() {
+    let err = Retry::new().attempt_timeout(Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "a retry's attempt timeout must be more than zero"
+    );
+    // The smallest limit that can be honoured is taken as given.
+    let tiny = Retry::new()
+        .attempt_timeout(Duration::from_nanos(1))
+        .unwrap();
+    assert!(format!("{tiny:?}").contains("attempt_timeout: Some(1ns)"));
+}
+
+#[test]
 fn zero_attempts_are_refused_not_clamped() {
     let err = Retry::new().attempts(0).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
@@ -244,6 +259,7 @@ on_every_executor!(
             .attempts(10)
             .unwrap()
             .attempt_timeout(ms(200))
+            .unwrap()
             .backoff(Backoff::fixed([ms(300)]))
             .run(Deadline::after(ms(900)), move |n| {
                 tx.send(n).expect("receiver alive");
@@ -336,6 +352,7 @@ on_every_executor!(late_success_is_not_success, async {
     let at = deadline.instant().expect("a real deadline");
     let out = Retry::new()
         .attempt_timeout(Duration::from_secs(5))
+        .unwrap()
         .run(deadline, move |n| ready_late(at, Ok::<_, Failure>(n)))
         .await;
     assert!(out.expect_err("late").is_deadline());

@@ -257,10 +257,10 @@ fn polled_then_dropped_racing_completion_reports_exactly_once() {
 }
 
 #[test]
-fn orphaned_failures_are_counted_with_the_pool_label() {
+fn orphaned_failures_are_counted_with_the_shield_label() {
     let recorder = MapRecorder::default();
     let shield = metrics::with_local_recorder(&recorder, || Shield::new("flusher"));
-    let id = "loopguard_orphaned_failures_total{pool=flusher}";
+    let id = "loopguard_orphaned_failures_total{shield=flusher}";
     assert_eq!(recorder.get(id), Some(0), "registered with a zero");
     let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("x") }));
     drop(handle);
@@ -323,6 +323,6 @@ fn shield_errors_say_what_happened() {
         panicked.to_string(),
         "shielded work panicked: expected: boom"
     );
-    let source = panicked.source().expect("the panic is the source");
-    assert!(source.to_string().contains("expected: boom"), "{source}");
+    // Shown once: the message is in `Display`, so it is not a `source()` too.
+    assert!(panicked.source().is_none());
 }

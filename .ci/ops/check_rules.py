@@ -134,7 +134,7 @@ def check_dashboard():
 
 def main():
     alerts, records = load_rules()
-    check(len(alerts) >= 11 and len(records) >= 2, f"rules found: {len(alerts)} alerts, {len(records)} recordings")
+    check(len(alerts) >= 12 and len(records) >= 2, f"rules found: {len(alerts)} alerts, {len(records)} recordings")
     check_promtool()
     check_coverage(alerts, records)
     check_annotations(alerts)

@@ -19,7 +19,6 @@ pub mod sealed {
     /// one when its key is `Display` (the `key` label).
     pub trait Collectable {
         /// Adds what the mode admits through to `sources`.
-        #[doc(hidden)]
         fn add_to(&self, sources: &mut super::Sources);
     }
 }

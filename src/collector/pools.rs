@@ -19,7 +19,7 @@ use crate::gate::limit::Limit;
 use crate::pool::{Pool, PoolStats};
 
 /// The label of a pool's series (a layer's own limit is labelled the same way).
-const LABEL_POOL: &str = "pool";
+use crate::emit::LABEL_POOL;
 
 /// What admits under a `pool` label: a pool, or a tower layer's own limit.
 #[derive(Clone)]

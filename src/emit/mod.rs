@@ -11,9 +11,20 @@ use ::metrics::{
     Counter, Gauge, Histogram, Unit, describe_counter, describe_gauge, describe_histogram,
 };
 
-use crate::sync::{CONTAINED, contain};
+use crate::contain::{CONTAINED, contain};
 
 pub(crate) mod durations;
+pub(crate) mod publisher;
+
+use publisher::OnePublisher;
+
+/// The instant each publishing round reads at: `now` for the first, the time of reading for
+/// a round run again for a later caller (see [`OnePublisher`]), so that round's reading is
+/// taken after that caller began.
+pub(crate) fn round_clock(now: std::time::Instant) -> impl FnMut() -> std::time::Instant {
+    let mut first = Some(now);
+    move || first.take().unwrap_or_else(std::time::Instant::now)
+}
 
 /// Gauge: slots of the pool (its worker threads). Label `pool`.
 pub(crate) const POOL_CAPACITY: &str = "loopguard_pool_capacity";
@@ -73,6 +84,12 @@ pub(crate) const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 /// rejected because the key was busy. Label: `gate`.
 pub(crate) const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 
+/// Label naming the pool (or the tower admission layer's limit) a series belongs to.
+pub(crate) const LABEL_POOL: &str = "pool";
+
+/// Label naming the shield an orphaned-failures series belongs to.
+pub(crate) const LABEL_SHIELD: &str = "shield";
+
 /// Label naming the gate a series belongs to.
 pub(crate) const LABEL_GATE: &str = "gate";
 
@@ -80,7 +97,7 @@ pub(crate) const LABEL_GATE: &str = "gate";
 pub(crate) const LABEL_KEY: &str = "key";
 
 /// Histogram: seconds from the start of an operation (before its first queue) to its end,
-/// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`,
+/// one observation per operation. Labels `operation`, `outcome` (`success`, `deadline`, `deadline_in_line`,
 /// `cancelled`, `error`). Emitted by [`Operation`](crate::operation::Operation).
 pub(crate) const OPERATION_DURATION_SECONDS: &str = "loopguard_operation_duration_seconds";
 
@@ -416,11 +433,15 @@ impl SetGauge for Gauge {
 /// A gauge read on the loop and set by `publish_metrics`, which also keeps the value it
 /// set: registries that read rather than receive (the prometheus-client `Collector`)
 /// encode what the loop published, not what a scrape running on a worker would see.
+///
+/// Publishes of one gauge are one at a time ([`OnePublisher`]): two that overlap never
+/// leave the older reading last, in the recorder or in [`last`](Published::last).
 #[derive(Debug)]
 pub(crate) struct Published {
     gauge: Gauge,
     /// The last value set, as `f64` bits; 0.0 until the first set.
     last: AtomicU64,
+    publisher: OnePublisher,
 }
 
 impl Published {
@@ -428,7 +449,15 @@ impl Published {
         Published {
             gauge,
             last: AtomicU64::new(0.0_f64.to_bits()),
+            publisher: OnePublisher::new(),
         }
+    }
+
+    /// Reads the value with `read` and sets it, one round at a time: a call made while
+    /// another is publishing this gauge returns at once, and that one reads and sets again
+    /// for it (see [`OnePublisher`]). `read` runs in every round it is given.
+    pub(crate) fn publish(&self, mut read: impl FnMut() -> f64) {
+        self.publisher.publish(|| self.set_to(read()));
     }
 
     /// The value last published.

@@ -7,7 +7,7 @@
 //! `waiting`, `rejected_total`, `wait_seconds` and `demand_avg`, labelled `pool`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ::metrics::{Counter, Gauge, Histogram};
@@ -30,8 +30,13 @@ pub(crate) struct Limit {
     /// Holders + waiters over time: +1 on admission or on queueing, -1 when the slot is
     /// released or the wait ends without a slot.
     demand: Demand,
-    /// Notified when the last slot is released.
+    /// Notified when the last slot is released, and when the last outcome whose slot went
+    /// back is published.
     idle: Signal,
+    /// Finished jobs whose slot is back but whose outcome is not takeable yet (a worker
+    /// between its release and its publish): [`wait_idle`](Limit::wait_idle) waits for
+    /// them too, so an idle pool has every outcome ready to be taken.
+    publishing: AtomicUsize,
     /// Refusals, counted at once and emitted in batches ([`Counted::flush`]).
     pub(crate) rejected: Counted,
     /// How long a slot is held, on average: the `Retry-After` basis.
@@ -51,18 +56,20 @@ impl Limit {
     pub(crate) fn new(name: Arc<str>, capacity: usize, demand: Demand) -> Limit {
         let label = || name.to_string();
         let gauge = |metric: &'static str| {
-            let gauge =
-                emit::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            let gauge = emit::register(
+                || ::metrics::gauge!(metric, emit::LABEL_POOL => label()),
+                Gauge::noop,
+            );
             emit::set(&gauge, 0.0);
             gauge
         };
         emit::set(&gauge(POOL_CAPACITY), capacity as f64);
         let rejected = Counted::new(emit::register(
-            || ::metrics::counter!(POOL_REJECTED_TOTAL, "pool" => label()),
+            || ::metrics::counter!(POOL_REJECTED_TOTAL, emit::LABEL_POOL => label()),
             Counter::noop,
         ));
         let wait_seconds = emit::register(
-            || ::metrics::histogram!(POOL_WAIT_SECONDS, "pool" => label()),
+            || ::metrics::histogram!(POOL_WAIT_SECONDS, emit::LABEL_POOL => label()),
             Histogram::noop,
         );
         Limit {
@@ -74,6 +81,7 @@ impl Limit {
             gate: Gate::new(capacity),
             demand,
             idle: Signal::new(),
+            publishing: AtomicUsize::new(0),
             rejected,
             hold: Average::default(),
             wait_seconds,
@@ -163,9 +171,23 @@ impl Limit {
         self.idle.notify_all();
     }
 
-    /// Resolves once no slot is held.
+    /// A worker is about to give back the slot of a job whose outcome it publishes after.
+    pub(crate) fn begin_publish(&self) {
+        self.publishing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The outcome announced by [`begin_publish`](Limit::begin_publish) is takeable.
+    /// Returns whether the limit is idle now: the caller then notifies
+    /// [`idle`](Limit::notify_idle).
+    pub(crate) fn end_publish(&self) -> bool {
+        self.publishing.fetch_sub(1, Ordering::AcqRel) == 1 && self.gate.in_use() == 0
+    }
+
+    /// Resolves once no slot is held and every outcome whose slot went back is published.
     pub(crate) async fn wait_idle(&self) {
-        self.idle.wait(|| self.gate.in_use() == 0).await
+        self.idle
+            .wait(|| self.gate.in_use() == 0 && self.publishing.load(Ordering::Acquire) == 0)
+            .await
     }
 
     pub(crate) fn demand_at(&self, now: Instant) -> f64 {
@@ -175,9 +197,12 @@ impl Limit {
     /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
     pub(crate) fn publish(&self, now: Instant) {
         self.rejected.flush();
-        emit::set(&self.in_use, self.gate.in_use() as f64);
-        emit::set(&self.waiting, self.gate.waiting() as f64);
-        emit::set(&self.demand_avg, self.demand_at(now));
+        // One publisher at a time per gauge: overlapping publishes never leave an older
+        // reading last.
+        self.in_use.publish(|| self.gate.in_use() as f64);
+        self.waiting.publish(|| self.gate.waiting() as f64);
+        let mut at = emit::round_clock(now);
+        self.demand_avg.publish(|| self.demand_at(at()));
     }
 
     /// The gauges as the last [`publish`](Limit::publish) set them: in use, waiting, demand.

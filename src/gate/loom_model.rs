@@ -1,23 +1,8 @@
 //! Exhaustive interleavings of the gate's races, under loom (see the [gate](super)'s docs).
 
 use super::*;
-use loom::sync::atomic::AtomicBool;
+use crate::loom_util::flag;
 use loom::thread;
-use std::task::Wake;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (std::sync::Arc<Flag>, Waker) {
-    let flag = std::sync::Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 /// A gate of one slot, held.
 fn held() -> Arc<Gate> {
@@ -75,7 +60,7 @@ fn grant_races_waker_registration() {
         let (woken, waker) = flag();
         let seen = waiter.poll_state(&waker);
         releaser.join().unwrap();
-        assert!(seen == WaitState::Granted || woken.0.load(Ordering::SeqCst));
+        assert!(seen == WaitState::Granted || woken.woken());
         assert_eq!(waiter.state(), WaitState::Granted);
         assert_eq!((gate.in_use(), gate.waiting()), (1, 0));
     });
@@ -179,10 +164,7 @@ fn slot_wait_poll_races_grant_and_close() {
             (Started::Queued, Some(std::task::Poll::Ready(ended))) => Some(ended),
             (Started::Queued, _) => {
                 // Pending: it must have been woken, and a second look ends the wait.
-                assert!(
-                    woken.0.load(Ordering::SeqCst),
-                    "a queued waiter was not woken"
-                );
+                assert!(woken.woken(), "a queued waiter was not woken");
                 match wait.poll(&gate, &waker) {
                     std::task::Poll::Ready(ended) => Some(ended),
                     std::task::Poll::Pending => panic!("still waiting after close"),
@@ -271,5 +253,101 @@ fn claim_races_close() {
             assert_eq!(waiter.state(), WaitState::Closed);
         }
         assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+    });
+}
+
+// Capacity 2: two releasers at once, one on the fast path and one on the locked path,
+// several waiters, a cancel and a close. The cancel model is exhaustive (about 3 s in a
+// debug build); the close model, with three threads, is preemption-bounded.
+
+/// A gate of two slots, both held, and two waiters queued behind them.
+fn two_held_two_queued() -> (Arc<Gate>, SlotWait, SlotWait) {
+    let gate = Arc::new(Gate::new(2));
+    gate.try_acquire().unwrap();
+    gate.try_acquire().unwrap();
+    let mut first = SlotWait::new();
+    let mut second = SlotWait::new();
+    assert_eq!(first.start(&gate), Started::Queued);
+    assert_eq!(second.start(&gate), Started::Queued);
+    assert_eq!((gate.in_use(), gate.waiting()), (2, 2));
+    (gate, first, second)
+}
+
+/// Both holders release at once while the first waiter gives up: a release that finds a
+/// waiter grants it (the locked path), one that finds none frees the slot (the fast path,
+/// once the cancel and the first grant have emptied the queue). Whatever the order, the
+/// second waiter ends up with a slot, nothing is lost or doubled, exactly one release (or
+/// the cancel's give-back) reports the last-but-one slot free, and the gate admits again.
+///
+/// Seeded bug this catches (checked by hand, then restored): `Gate::cancel` removing a
+/// waiting waiter from the queue without taking it off the word's waiter count: the model
+/// fails with "a waiter count outlived its waiter" (the fast path is then never taken and
+/// the count stays up). The capacity-1 cancel models catch this one too.
+#[test]
+fn two_releasers_race_a_cancel_at_capacity_two() {
+    loom::model(|| {
+        let (gate, mut first, mut second) = two_held_two_queued();
+        let releasers = [spawn_release(&gate), spawn_release(&gate)];
+        if first.cancel(&gate) {
+            // Granted meanwhile: the slot is ours to give back (to the second waiter).
+            gate.release();
+        }
+        for releaser in releasers {
+            releaser.join().unwrap();
+        }
+        assert_eq!(gate.waiting(), 0, "a waiter count outlived its waiter");
+        let (_woken, waker) = flag();
+        assert_eq!(
+            second.poll(&gate, &waker),
+            std::task::Poll::Ready(Ended::Granted),
+            "the second waiter was not granted a slot"
+        );
+        // Two slots came back, one went to the second waiter, none to the first.
+        assert_eq!(gate.in_use(), 1, "a slot was lost or doubled");
+        assert_eq!(gate.try_acquire(), Ok(()));
+        assert_eq!(gate.release(), 1);
+        assert_eq!(gate.release(), 0);
+    });
+}
+
+/// Both holders release while the gate closes, and neither waiter is polled again (its
+/// task was forgotten): each waiter is granted a slot or closed out, and close takes back
+/// every slot granted and not yet claimed, so nothing stays held and nobody is told it
+/// holds a slot of a closed gate.
+///
+/// Seeded bug this catches (checked by hand, then restored), which no capacity-1 model
+/// can (only one waiter can be granted there): `Gate::close` taking back only the first
+/// granted slot (`queue.granted.drain(..).take(1)`): the model fails with "a granted slot
+/// survived close".
+#[test]
+fn two_grants_race_a_close_at_capacity_two() {
+    let mut builder = loom::model::Builder::new();
+    // Three threads: exhaustive, about 21 s in a debug build on 2 cores; with at most three
+    // preemptions per execution about 1.2 s (4: 4 s), and the seeded bug still fails it
+    // (at 2 as well).
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let gate = Arc::new(Gate::new(2));
+        gate.try_acquire().unwrap();
+        gate.try_acquire().unwrap();
+        let waiters = [Waiter::new(), Waiter::new()];
+        for waiter in &waiters {
+            assert_eq!(gate.enqueue(waiter), Enqueued::Queued);
+        }
+        let releasers = [spawn_release(&gate), spawn_release(&gate)];
+        assert!(gate.close());
+        for releaser in releasers {
+            releaser.join().unwrap();
+        }
+        for waiter in &waiters {
+            assert_eq!(
+                waiter.state(),
+                WaitState::Closed,
+                "a granted slot survived close"
+            );
+            assert!(!gate.claim(waiter));
+        }
+        assert_eq!((gate.in_use(), gate.waiting()), (0, 0));
+        assert_eq!(gate.try_acquire(), Err(Refused::Closed));
     });
 }

@@ -29,29 +29,14 @@ use std::task::Waker;
 pub(crate) mod limit;
 pub(crate) mod wait;
 
-use crate::sync::{drop_contained, wake};
+use crate::contain::{drop_contained, wake};
 
-// Only the crate's own unit tests see loom: the crate is also built as a plain library under
-// the same flags (its tests depend on it, with the `tower` feature), and loom is a
-// dev-dependency.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{
-    Arc, Mutex, MutexGuard,
+// std's, or loom's under the crate's loom cfg (see `crate::sync`).
+use crate::sync::{
+    Arc, Mutex,
     atomic::{AtomicU8, AtomicU64, Ordering},
+    lock,
 };
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{
-    Arc, Mutex, MutexGuard,
-    atomic::{AtomicU8, AtomicU64, Ordering},
-};
-
-/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
-/// loom's).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 const IN_USE_ONE: u64 = 1;
 const IN_USE_MASK: u64 = (1 << 31) - 1;

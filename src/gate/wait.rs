@@ -9,7 +9,7 @@
 use std::task::{Poll, Waker};
 
 use super::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
-use crate::sync::drop_contained;
+use crate::contain::drop_contained;
 
 /// How [`SlotWait::start`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,31 +11,11 @@
 
 use super::*;
 use crate::failure::never;
+use crate::loom_util::flag;
 use crate::orphan::OrphanHandler;
 use loom::sync::atomic::AtomicBool;
 use loom::thread;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Wake;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Flag {
-    fn woken(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 /// A hand-off of `u32` outputs (only a panic is a failure) and the count of the reports its
 /// orphan handler received.
@@ -45,7 +25,11 @@ fn handoff() -> (loom::sync::Arc<Handoff<u32>>, Arc<AtomicUsize>) {
     let handler = OrphanHandler::new(move |_| {
         seen.fetch_add(1, Ordering::SeqCst);
     });
-    let reporter = Arc::new(Reporter::new("model".into(), handler));
+    let reporter = Arc::new(Reporter::new(
+        crate::emit::LABEL_POOL,
+        "model".into(),
+        handler,
+    ));
     (
         loom::sync::Arc::new(Handoff::new(never::<u32>, reporter)),
         reports,

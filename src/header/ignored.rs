@@ -7,8 +7,8 @@
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::contain::{contain, log_contained};
 use crate::emit::{IGNORED_BUDGET_HEADERS_TOTAL, LABEL_HEADER};
-use crate::sync::{contain, log_contained};
 
 use super::parse::Timeout;
 

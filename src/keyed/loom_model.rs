@@ -9,27 +9,13 @@
 //! slot lost (the key would stay busy), never doubled (two permits at once).
 
 use super::*;
-use loom::sync::atomic::AtomicBool;
+use crate::loom_util::{Flag, flag};
 use loom::thread;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll, Wake};
+use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// A waker that remembers it was woken.
-struct Flag(AtomicBool);
-
-impl Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn flag() -> (Arc<Flag>, Waker) {
-    let flag = Arc::new(Flag(AtomicBool::new(false)));
-    (flag.clone(), Waker::from(flag))
-}
 
 const KEY: u32 = 1;
 
@@ -59,10 +45,7 @@ fn spawn_release(permit: KeyPermit<u32>) -> thread::JoinHandle<()> {
 
 /// Polls a waiter that must have been granted: it was woken, and it gets its permit now.
 fn granted(acquire: &mut Acquire<u32>, woken: &Flag, waker: &Waker) -> KeyPermit<u32> {
-    assert!(
-        woken.0.load(Ordering::SeqCst),
-        "a granted waiter was not woken"
-    );
+    assert!(woken.woken(), "a granted waiter was not woken");
     match poll(acquire, waker) {
         Poll::Ready(permit) => permit,
         Poll::Pending => panic!("a woken waiter was not granted"),
@@ -111,7 +94,7 @@ fn release_goes_to_the_oldest_waiter() {
         assert!(poll(&mut younger, &younger_waker).is_pending());
         releaser.join().unwrap();
         let first = granted(&mut oldest, &oldest_woken, &oldest_waker);
-        assert!(!younger_woken.0.load(Ordering::SeqCst));
+        assert!(!younger_woken.woken());
         assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (1, 1));
         drop(first);
         drop(granted(&mut younger, &younger_woken, &younger_waker));
@@ -201,5 +184,110 @@ fn sweep_races_release_and_cancel() {
         releaser.join().unwrap();
         sweeper.join().unwrap();
         check_quiet(&gate);
+    });
+}
+
+// Two publishers and a sweep: `publish_metrics` snapshots under the table lock and sets the
+// gauges (the recorder, user code) and `shown` outside it. The model's recorder keeps each
+// gauge's last value under a loom lock, so loom explores every order of the two rounds'
+// sets.
+
+/// The last value of each gauge, by key label.
+#[derive(Default)]
+struct Values(loom::sync::Mutex<HashMap<String, f64>>);
+
+struct ValueGauge {
+    key: String,
+    values: Arc<Values>,
+}
+
+impl metrics::GaugeFn for ValueGauge {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, value: f64) {
+        let mut values = self.values.0.lock().unwrap();
+        values.insert(self.key.clone(), value);
+    }
+}
+
+struct ValueRecorder(Arc<Values>);
+
+impl metrics::Recorder for ValueRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        let label = key.labels().find(|l| l.key() == LABEL_KEY);
+        metrics::Gauge::from_arc(Arc::new(ValueGauge {
+            key: label.map_or_else(String::new, |l| l.value().to_string()),
+            values: self.0.clone(),
+        }))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// One publisher publishes while another sweeps the idle key and then publishes its
+/// removal: once both return, the key reads 0 (or is not shown at all), in the recorder
+/// and in what the collector encodes. An older snapshot never lands last.
+///
+/// Seeded bug this catches (checked by hand, then restored): `publish_metrics` calling
+/// `publish_round` directly, without `OnePublisher` (overlapping rounds): the model fails
+/// with "an older snapshot overwrote a newer one".
+#[test]
+fn two_publishers_and_a_sweep_never_go_back_in_time() {
+    loom::model(|| {
+        let values = Arc::new(Values::default());
+        let recorder = ValueRecorder(values.clone());
+        // loom runs its threads on this OS thread: the local recorder is theirs too.
+        metrics::with_local_recorder(&recorder, || {
+            let gate = KeyedGate::new("model");
+            drop(gate.try_acquire(KEY).expect("an idle key"));
+            let later = Instant::now() + Duration::from_secs(3600);
+            let publisher = {
+                let gate = gate.clone();
+                thread::spawn(move || gate.publish_metrics())
+            };
+            gate.prune_at(later);
+            assert_eq!(gate.tracked_keys(), 0);
+            gate.publish_metrics();
+            publisher.join().unwrap();
+            let last = values.0.lock().unwrap().get(&KEY.to_string()).copied();
+            assert!(
+                last.is_none_or(|value| value == 0.0),
+                "an older snapshot overwrote a newer one in the recorder: {last:?}"
+            );
+            let shown = gate.shown();
+            assert!(
+                shown.iter().all(|(_, value)| *value == 0.0),
+                "an older snapshot overwrote a newer one in shown: {shown:?}"
+            );
+        });
     });
 }

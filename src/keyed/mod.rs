@@ -58,14 +58,12 @@ use std::time::Instant;
 // Under the crate's loom cfg (unit tests only) the key table's lock is loom's, so
 // `keyed/loom_model.rs` explores every interleaving of release, grant, cancel and sweep;
 // normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard, lock};
 
+use crate::contain::{contain, wake};
 use crate::demand::{DEFAULT_WINDOW, DemandCore, KEY_SLOTS};
+use crate::emit::publisher::OnePublisher;
 use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
-use crate::sync::{contain, wake};
 
 mod builder;
 mod permit;
@@ -120,7 +118,10 @@ struct Keys<K> {
     /// What the last `publish_metrics` set, keys displayed: what a registry that reads
     /// (the prometheus-client collector) encodes, with no key code and no table lock.
     #[cfg(feature = "prometheus-client")]
-    shown: std::sync::Mutex<Shown>,
+    shown: Mutex<Shown>,
+    /// One `publish_metrics` round at a time: an older snapshot never overwrites a newer
+    /// one, in the recorder or in `shown`.
+    publisher: OnePublisher,
 }
 
 struct KeyTable<K> {
@@ -173,7 +174,7 @@ impl Entry {
 
 impl<K: Hash + Eq> Keys<K> {
     fn lock(&self) -> MutexGuard<'_, KeyTable<K>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state)
     }
 
     fn release(&self, key: &K) {
@@ -347,7 +348,8 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                     unpublish: Vec::new(),
                 }),
                 #[cfg(feature = "prometheus-client")]
-                shown: std::sync::Mutex::new(Arc::new([])),
+                shown: Mutex::new(Arc::new([])),
+                publisher: OnePublisher::new(),
             }),
         }
     }
@@ -479,7 +481,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// let later = Instant::now() + Duration::from_secs(10);
     /// assert_eq!(gate.demand_at(&"backend", later), 1.0);
     /// ```
-    #[doc(hidden)]
     pub fn demand_at(&self, key: &K, now: Instant) -> f64 {
         let state = self.inner.lock();
         state
@@ -605,7 +606,6 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// gate.prune_at(Instant::now() + Duration::from_secs(5));
     /// assert_eq!(gate.tracked_keys(), 0);
     /// ```
-    #[doc(hidden)]
     pub fn prune_at(&self, now: Instant) {
         let mut state = self.inner.lock();
         self.inner.sweep(&mut state, now);
@@ -631,6 +631,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// feature, what it set (keys displayed) is also kept for
     /// `loopguard::telemetry::Collector`, which encodes exactly that.
     ///
+    /// One publisher at a time, so an older snapshot never overwrites a newer one: a call
+    /// made while another thread's call of the same gate is publishing returns at once,
+    /// and that call publishes once more, with a snapshot taken after this one began,
+    /// before it returns. A call from the recorder during a publish of the same gate
+    /// returns at once.
+    ///
     /// # Examples
     ///
     /// ```
@@ -639,6 +645,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// gate.publish_metrics(); // a no-op without an installed recorder
     /// ```
     pub fn publish_metrics(&self)
+    where
+        K: fmt::Display,
+    {
+        self.inner.publisher.publish(|| self.publish_round());
+    }
+
+    /// One round of [`publish_metrics`](Self::publish_metrics): snapshot under the table
+    /// lock, then the recorder and `shown` outside it. Never two at once.
+    fn publish_round(&self)
     where
         K: fmt::Display,
     {

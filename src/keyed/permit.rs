@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use super::{KeyWaiter, KeyedGate};
-use crate::sync::drop_contained;
+use crate::contain::drop_contained;
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::builder::{Config, nanos};
+use crate::contain::log_contained;
 use crate::emit::{self, Counted, LABEL_LOOP, LABEL_TASK, LOOP_SLOW_POLLS_TOTAL};
-use crate::sync::log_contained;
 
 /// `last_report` before the first line.
 const NEVER: u64 = u64::MAX;

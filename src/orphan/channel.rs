@@ -9,13 +9,22 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+// Under the crate's loom cfg (unit tests only) the queue's lock is loom's, so
+// `channel/loom_model.rs` explores push, receive, the receiver's drop and the last
+// sender's drop racing; normal builds never see loom.
+#[cfg(all(test, loopguard_loom))]
+use loom::sync::Mutex;
+#[cfg(not(all(test, loopguard_loom)))]
+use std::sync::Mutex;
 
 use futures_lite::Stream;
 
 use super::{Report, log_report};
-use crate::sync::{drop_contained, lock, wake};
+use crate::contain::{drop_contained, wake};
+use crate::sync::lock;
 
 /// The queue both sides share.
 struct Queue {
@@ -273,3 +282,7 @@ impl Drop for OrphanReceiver {
         }
     }
 }
+
+/// Exhaustive interleavings of push, receive and both sides' drops, under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

@@ -50,7 +50,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sync::{contain, log_contained};
+use crate::contain::{contain, log_contained};
 
 pub use self::channel::OrphanReceiver;
 pub(crate) use self::reporter::Reporter;

@@ -5,15 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{OrphanHandler, Report, ReportKind};
+use crate::contain::{contain, drop_contained};
 use crate::emit::{self, Counted, ORPHANED_FAILURES_TOTAL};
 use crate::failure::{Classifier, Panicked};
-use crate::sync::{contain, drop_contained};
 
 /// Where the outcomes of one pool's (or shield's) orphaned work go.
 pub(crate) struct Reporter {
     origin: Arc<str>,
     handler: OrphanHandler,
-    /// `loopguard_orphaned_failures_total{pool=origin}`.
+    /// `loopguard_orphaned_failures_total{pool=origin}` (`{shield=origin}` for a shield).
     orphaned: Counted,
 }
 
@@ -27,11 +27,12 @@ impl fmt::Debug for Reporter {
 }
 
 impl Reporter {
-    /// A reporter for work of `origin`, registering its orphaned-failures series.
-    pub(crate) fn new(origin: Arc<str>, handler: OrphanHandler) -> Reporter {
+    /// A reporter for work of `origin`, registering its orphaned-failures series under the
+    /// label `kind` (`emit::LABEL_POOL` or `emit::LABEL_SHIELD`) set to `origin`.
+    pub(crate) fn new(kind: &'static str, origin: Arc<str>, handler: OrphanHandler) -> Reporter {
         let label = origin.to_string();
         let metric = emit::register(
-            || ::metrics::counter!(ORPHANED_FAILURES_TOTAL, "pool" => label),
+            || ::metrics::counter!(ORPHANED_FAILURES_TOTAL, kind => label),
             ::metrics::Counter::noop,
         );
         Reporter {

@@ -34,6 +34,10 @@ pub(crate) struct Core {
     /// Notified when the last thread exits.
     exited: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether a tower layer admits requests on this pool's slots (`for_pool`): only then
+    /// can a caller's request hold one, and a refusal looks at the thread's mark.
+    #[cfg(feature = "tower")]
+    pub(crate) layered: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
@@ -44,7 +48,11 @@ impl Core {
         let demand = builder.validated_demand()?;
         Ok(Core {
             stats: Stats::register(&name),
-            reporter: Arc::new(Reporter::new(name.clone(), builder.handler.clone())),
+            reporter: Arc::new(Reporter::new(
+                emit::LABEL_POOL,
+                name.clone(),
+                builder.handler.clone(),
+            )),
             limit: Limit::new(name, workers, demand),
             workers: Workers::new(workers, builder.spin),
             monitor: Monitor::new(),
@@ -52,6 +60,8 @@ impl Core {
             live_threads: AtomicUsize::new(0),
             exited: Signal::new(),
             threads: Mutex::new(Vec::with_capacity(workers + 1)),
+            #[cfg(feature = "tower")]
+            layered: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -64,6 +74,15 @@ impl Core {
     /// Gives back a slot: that of a finished job, or one granted to a waiter that left.
     pub(crate) fn release_slot(&self) {
         if self.limit.release() == 0 {
+            self.idle_now();
+        }
+    }
+
+    /// The outcome of a job whose slot went back (after
+    /// [`Limit::begin_publish`](crate::gate::limit::Limit::begin_publish)) is takeable now:
+    /// if that was the last one, the pool is idle.
+    pub(crate) fn published(&self) {
+        if self.limit.end_publish() {
             self.idle_now();
         }
     }
@@ -87,8 +106,11 @@ impl Core {
 
     pub(crate) fn publish_metrics(&self, now: Instant) {
         self.limit.publish(now);
-        let oldest = self.workers.oldest_job_age(now).unwrap_or_default();
-        emit::set(&self.stats.oldest_job_seconds, oldest.as_secs_f64());
+        let mut at = emit::round_clock(now);
+        let mut oldest = || self.workers.oldest_job_age(at()).unwrap_or_default();
+        self.stats
+            .oldest_job_seconds
+            .publish(|| oldest().as_secs_f64());
     }
 
     /// Stops admission; returns whether this call closed the pool.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::deadline::Expired;
+use crate::deadline::Spent;
 use crate::failure::Panicked;
 
 /// Every slot of the pool is held: the job was not admitted. Hands the job back.
@@ -136,7 +136,16 @@ pub enum TryRunError<F> {
     Saturated(Saturated<F>),
     /// The pool was closed.
     Closed(F),
+    /// Every slot is held, one of them by the request whose handler asked (a layer made by
+    /// `loopguard::tower::AdmissionLayer::for_pool`, feature `tower`): run the job on that
+    /// slot with `Slot::try_run(&pool, job)`. Retrying will not help while the request
+    /// holds it. Hands the job back.
+    OwnSlot(F),
 }
+
+/// What [`TryRunError::OwnSlot`], [`WithinError::OwnSlot`] and [`RunError::OwnSlot`] say.
+const OWN_SLOT: &str = "this request holds one of the pool's slots and none other is free: \
+                        run the job on it with `slot.try_run(&pool, job)`";
 
 impl<F> TryRunError<F> {
     /// Whether the pool was saturated.
@@ -166,7 +175,7 @@ impl<F> TryRunError<F> {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             TryRunError::Saturated(s) => Some(s.retry_after()),
-            TryRunError::Closed(_) => None,
+            TryRunError::Closed(_) | TryRunError::OwnSlot(_) => None,
         }
     }
 
@@ -178,7 +187,7 @@ impl<F> TryRunError<F> {
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             TryRunError::Saturated(s) => Some(s.retry_after_secs()),
-            TryRunError::Closed(_) => None,
+            TryRunError::Closed(_) | TryRunError::OwnSlot(_) => None,
         }
     }
 
@@ -196,7 +205,7 @@ impl<F> TryRunError<F> {
     pub fn into_inner(self) -> F {
         match self {
             TryRunError::Saturated(s) => s.into_inner(),
-            TryRunError::Closed(f) => f,
+            TryRunError::Closed(f) | TryRunError::OwnSlot(f) => f,
         }
     }
 }
@@ -206,6 +215,7 @@ impl<F> fmt::Debug for TryRunError<F> {
         match self {
             TryRunError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
             TryRunError::Closed(_) => f.write_str("Closed(..)"),
+            TryRunError::OwnSlot(_) => f.write_str("OwnSlot(..)"),
         }
     }
 }
@@ -215,6 +225,7 @@ impl<F> fmt::Display for TryRunError<F> {
         match self {
             TryRunError::Saturated(s) => fmt::Display::fmt(s, f),
             TryRunError::Closed(_) => f.write_str("pool is closed"),
+            TryRunError::OwnSlot(_) => f.write_str(OWN_SLOT),
         }
     }
 }
@@ -226,6 +237,7 @@ impl<F> From<TryRunError<F>> for std::io::Error {
         let kind = match err {
             TryRunError::Saturated(_) => std::io::ErrorKind::WouldBlock,
             TryRunError::Closed(_) => std::io::ErrorKind::BrokenPipe,
+            TryRunError::OwnSlot(_) => std::io::ErrorKind::InvalidInput,
         };
         std::io::Error::new(kind, err.to_string())
     }
@@ -252,30 +264,64 @@ pub enum RunError {
     Closed,
     /// The job ran and panicked.
     Panicked(Panicked),
-    /// The deadline passed before the job got a slot, or before its output was delivered.
-    /// In the second case the job keeps running, orphaned, and keeps its slot until done.
-    Expired(Expired),
+    /// The deadline passed before the job got a slot ([`Phase::InLine`]), or before its
+    /// output was delivered ([`Phase::Running`]). In the second case the job keeps running,
+    /// orphaned, and keeps its slot until done. [`Spent::phase`] says which.
+    ///
+    /// [`Phase::InLine`]: crate::deadline::Phase::InLine
+    /// [`Phase::Running`]: crate::deadline::Phase::Running
+    Expired(Spent),
+    /// No slot was free and the request whose handler awaits this holds one of the pool's
+    /// (see [`TryRunError::OwnSlot`]): waiting would wait for itself. The job never ran.
+    OwnSlot,
+    /// Refused at once, instead of waiting in line, by a [`Run`](super::Run) that was asked
+    /// to [`refuse_early`](super::Run::refuse_early): at the pool's measured pace the line
+    /// ahead and the job itself would not be done before the deadline. The job never ran;
+    /// `retry_after` is the estimated wait for a slot (at least 1 ms), for a `Retry-After`.
+    WouldExpire {
+        /// The estimated wait for a slot.
+        retry_after: Duration,
+    },
+}
+
+impl RunError {
+    /// The `Retry-After` hint of a [`RunError::WouldExpire`] refusal; `None` otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::pool::RunError;
+    ///
+    /// assert_eq!(RunError::Closed.retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RunError::WouldExpire { retry_after } => Some(*retry_after),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for RunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RunError::Closed => f.write_str("pool closed before the job got a slot"),
+            RunError::OwnSlot => f.write_str(OWN_SLOT),
+            RunError::WouldExpire { retry_after } => write!(
+                f,
+                "refused at once: at the pool's pace the job would not be done before its \
+                 deadline, retry after {}s",
+                crate::gate::limit::whole_secs(*retry_after)
+            ),
             RunError::Panicked(p) => fmt::Display::fmt(p, f),
             RunError::Expired(e) => fmt::Display::fmt(e, f),
         }
     }
 }
 
-impl std::error::Error for RunError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RunError::Panicked(p) => Some(p),
-            RunError::Expired(e) => Some(e),
-            RunError::Closed => None,
-        }
-    }
-}
+/// No `source()`: the `Display` of a variant is its payload's, so a chain printed by a
+/// reporter names each cause once.
+impl std::error::Error for RunError {}
 
 impl From<Panicked> for RunError {
     fn from(p: Panicked) -> RunError {
@@ -287,6 +333,10 @@ impl From<RunError> for std::io::Error {
     fn from(err: RunError) -> std::io::Error {
         match err {
             RunError::Closed => std::io::Error::new(std::io::ErrorKind::BrokenPipe, err),
+            RunError::OwnSlot => std::io::Error::new(std::io::ErrorKind::InvalidInput, err),
+            RunError::WouldExpire { .. } => {
+                std::io::Error::new(std::io::ErrorKind::WouldBlock, err)
+            }
             RunError::Panicked(p) => std::io::Error::other(p),
             RunError::Expired(e) => e.into(),
         }
@@ -309,7 +359,7 @@ impl From<RunError> for std::io::Error {
 /// let body = match pool.try_run_within(deadline, || "up 1\n".to_string()).await {
 ///     Ok(body) => body,
 ///     Err(WithinError::Saturated(busy)) => format!("503, retry after {}s", busy.retry_after_secs()),
-///     Err(WithinError::Expired) => "503: budget spent, the walk goes on".to_string(),
+///     Err(WithinError::Expired(_)) => "503: budget spent, the walk goes on".to_string(),
 ///     Err(err) => return Err(err.into()),
 /// };
 /// assert_eq!(body, "up 1\n");
@@ -321,14 +371,21 @@ pub enum WithinError<W> {
     /// Every slot was held when the future was first polled: nothing was queued, and the
     /// job comes back inside.
     Saturated(Saturated<W>),
-    /// The deadline passed: before admission (the job never ran), or while the job ran or
-    /// after it finished too late. An admitted job runs on and keeps its slot until its
-    /// thread is done; a failure of it is reported to the orphan handler, once.
-    Expired,
+    /// The deadline passed: before admission ([`Phase::InLine`]: the job never ran), or
+    /// while the job ran or after it finished too late ([`Phase::Running`]). An admitted job
+    /// runs on and keeps its slot until its thread is done; a failure of it is reported to
+    /// the orphan handler, once. [`Spent::phase`] says which.
+    ///
+    /// [`Phase::InLine`]: crate::deadline::Phase::InLine
+    /// [`Phase::Running`]: crate::deadline::Phase::Running
+    Expired(Spent),
     /// The job ran and panicked.
     Panicked(Panicked),
     /// The pool was closed; the job never ran and comes back inside.
     Closed(W),
+    /// Every slot was held, one by the request whose handler asked: see
+    /// [`TryRunError::OwnSlot`]. The job never ran and comes back inside.
+    OwnSlot(W),
 }
 
 impl<W> WithinError<W> {
@@ -338,9 +395,15 @@ impl<W> WithinError<W> {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::pool::WithinError;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::{Pool, WithinError};
     ///
-    /// assert!(!WithinError::<()>::Expired.is_saturated());
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().build()?;
+    /// let late = pool.try_run_within(Deadline::after(std::time::Duration::ZERO), || ()).await;
+    /// assert!(!late.unwrap_err().is_saturated());
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn is_saturated(&self) -> bool {
         matches!(self, WithinError::Saturated(_))
@@ -351,9 +414,15 @@ impl<W> WithinError<W> {
     /// # Examples
     ///
     /// ```
-    /// use loopguard::pool::WithinError;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::Pool;
     ///
-    /// assert_eq!(WithinError::<()>::Expired.retry_after(), None);
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().build()?;
+    /// let late = pool.try_run_within(Deadline::after(std::time::Duration::ZERO), || ()).await;
+    /// assert_eq!(late.unwrap_err().retry_after(), None);
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -368,6 +437,7 @@ impl<W> From<TryRunError<W>> for WithinError<W> {
         match err {
             TryRunError::Saturated(s) => WithinError::Saturated(s),
             TryRunError::Closed(w) => WithinError::Closed(w),
+            TryRunError::OwnSlot(w) => WithinError::OwnSlot(w),
         }
     }
 }
@@ -376,9 +446,10 @@ impl<W> fmt::Debug for WithinError<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
-            WithinError::Expired => f.write_str("Expired"),
+            WithinError::Expired(e) => f.debug_tuple("Expired").field(e).finish(),
             WithinError::Panicked(p) => f.debug_tuple("Panicked").field(p).finish(),
             WithinError::Closed(_) => f.write_str("Closed(..)"),
+            WithinError::OwnSlot(_) => f.write_str("OwnSlot(..)"),
         }
     }
 }
@@ -387,28 +458,25 @@ impl<W> fmt::Display for WithinError<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => fmt::Display::fmt(s, f),
-            WithinError::Expired => fmt::Display::fmt(&Expired, f),
+            WithinError::Expired(e) => fmt::Display::fmt(e, f),
             WithinError::Panicked(p) => fmt::Display::fmt(p, f),
             WithinError::Closed(_) => f.write_str("pool is closed"),
+            WithinError::OwnSlot(_) => f.write_str(OWN_SLOT),
         }
     }
 }
 
-impl<W> std::error::Error for WithinError<W> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            WithinError::Panicked(p) => Some(p),
-            _ => None,
-        }
-    }
-}
+/// No `source()`: the `Display` of a variant is its payload's, so a chain printed by a
+/// reporter names each cause once.
+impl<W> std::error::Error for WithinError<W> {}
 
 impl<W> From<WithinError<W>> for std::io::Error {
     fn from(err: WithinError<W>) -> std::io::Error {
         match err {
             WithinError::Saturated(s) => TryRunError::Saturated(s).into(),
             WithinError::Closed(w) => TryRunError::Closed(w).into(),
-            WithinError::Expired => Expired.into(),
+            WithinError::OwnSlot(w) => TryRunError::OwnSlot(w).into(),
+            WithinError::Expired(e) => e.into(),
             WithinError::Panicked(p) => std::io::Error::other(p),
         }
     }

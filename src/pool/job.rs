@@ -19,14 +19,25 @@ use std::time::{Duration, Instant};
 use super::core::Core;
 use super::error::{Saturated, TryRunError};
 use super::workers::Task;
+use crate::contain::{drop_quietly, panic_message};
 use crate::emit::JobOutcome;
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::gate::Refused;
 use crate::handoff::{Finished, Handoff, Taken};
-use crate::sync::{drop_quietly, lock, panic_message};
+use crate::sync::lock;
 
+/// The sealed side of [`IntoJob`]: what a worker calls. Not nameable outside the crate, so
+/// the two implementations below are the only ones.
 mod sealed {
-    pub trait Sealed {}
+    use crate::failure::Classifier;
+
+    pub trait Sealed<T> {
+        /// Runs the job on the worker's thread.
+        fn run_job(self) -> T;
+
+        /// Which outputs are failures an orphaned job reports.
+        fn classify() -> Classifier<T>;
+    }
 }
 
 /// What a [`Pool`](super::Pool) runs: a closure `FnOnce() -> T + Send + 'static` whose
@@ -63,22 +74,16 @@ mod sealed {
 /// The output is a type parameter rather than an associated type so that the futures
 /// holding a job ([`Run`](super::Run)) name it directly: `Run<F, T>` stays `Send` inside
 /// any async fn, however many borrows that fn holds.
-pub trait IntoJob<T>: sealed::Sealed + Send + 'static {
-    #[doc(hidden)]
-    fn run_job(self) -> T;
+pub trait IntoJob<T>: sealed::Sealed<T> + Send + 'static {}
 
-    #[doc(hidden)]
-    fn classify() -> Classifier<T>;
-}
-
-impl<F, T> sealed::Sealed for F
+impl<F, T> IntoJob<T> for F
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
 }
 
-impl<F, T> IntoJob<T> for F
+impl<F, T> sealed::Sealed<T> for F
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -92,12 +97,19 @@ where
     }
 }
 
-impl<F> sealed::Sealed for Fallible<F> {}
-
 // Not offered as a fix when a plain closure fails (say, it captures an `Rc`): rustc then
 // names the capture instead of suggesting `Fallible`.
 #[diagnostic::do_not_recommend]
 impl<F, T, E> IntoJob<Result<T, E>> for Fallible<F>
+where
+    F: FnOnce() -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: fmt::Debug + Send + 'static,
+{
+}
+
+#[diagnostic::do_not_recommend]
+impl<F, T, E> sealed::Sealed<Result<T, E>> for Fallible<F>
 where
     F: FnOnce() -> Result<T, E> + Send + 'static,
     T: Send + 'static,
@@ -170,6 +182,9 @@ pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
     // finishes or the gauges are published.
     match core.limit.try_acquire(true) {
         Ok(()) => Ok(admit(core, work, Duration::ZERO, true)),
+        // A handler whose own request holds one of the slots is told to use that one (one
+        // thread-local read, on the refusal path only).
+        Err(Refused::Saturated) if super::held::holds(core) => Err(TryRunError::OwnSlot(work)),
         Err(Refused::Saturated) => {
             let retry_after = core.limit.retry_after();
             Err(TryRunError::Saturated(Saturated::new(work, retry_after)))
@@ -239,9 +254,12 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         core.limit.rejected.flush();
         // The slot goes back, and only then is the caller woken: a caller woken by its
         // outcome (or polled for any other reason) always finds the slot free, so a scraper
-        // that scrapes again at once is never refused by its own finished walk.
+        // that scrapes again at once is never refused by its own finished walk. The pool
+        // reads idle to `wait_idle` only once the outcome is takeable too.
+        core.limit.begin_publish();
         drop(slot);
         stored.publish();
+        core.published();
     }
 }
 
@@ -253,14 +271,17 @@ impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
         match self.1 {
             SlotRelease::Own => self.0.release_slot(),
-            SlotRelease::Lent(lent) => {
-                // Taken out under the cell's lock, dropped after it: dropping the share may
-                // release the holder's slot and wake the next waiter.
-                let share = lock(lent).take();
-                drop(share);
-            }
+            SlotRelease::Lent(lent) => release_lent(lent),
         }
     }
+}
+
+/// Drops a job's share of a lent slot: taken out under the cell's lock, dropped after it,
+/// because dropping the last share releases the holder's slot, which hands it to the next
+/// waiter and wakes that waiter (user code), and no waker runs under a loopguard lock.
+fn release_lent(lent: &Mutex<Option<Box<dyn Any + Send>>>) {
+    let share = lock(lent).take();
+    drop(share);
 }
 
 /// The handle of an admitted job.
@@ -363,7 +384,7 @@ mod tests {
 
     use futures_lite::future::block_on;
 
-    use super::try_admit;
+    use super::{release_lent, try_admit};
     use crate::Fallible;
     use crate::orphan::OrphanHandler;
     use crate::pool::Pool;
@@ -406,5 +427,40 @@ mod tests {
             reports.try_recv().is_none(),
             "one report, and none for a success"
         );
+    }
+
+    /// The last share of a lent slot is dropped outside the cell's lock: whatever its drop
+    /// runs (the release, the next waiter's waker) finds the lock free.
+    #[test]
+    fn a_lent_slot_is_let_go_outside_the_cells_lock() {
+        use std::any::Any;
+        use std::sync::{Arc, Mutex, Weak};
+
+        type Lent = Mutex<Option<Box<dyn Any + Send>>>;
+        struct Share {
+            cell: Weak<Lent>,
+            free: Arc<Mutex<Option<bool>>>,
+        }
+        impl Drop for Share {
+            fn drop(&mut self) {
+                let cell = self.cell.upgrade().expect("the cell outlives its share");
+                *self.free.lock().unwrap() = Some(cell.try_lock().is_ok());
+            }
+        }
+        let free = Arc::new(Mutex::new(None));
+        let lent: Arc<Lent> = Arc::new_cyclic(|cell| {
+            let share = Share {
+                cell: cell.clone(),
+                free: free.clone(),
+            };
+            Mutex::new(Some(Box::new(share) as Box<dyn Any + Send>))
+        });
+        release_lent(&lent);
+        assert_eq!(
+            *free.lock().unwrap(),
+            Some(true),
+            "dropped under the cell's lock"
+        );
+        assert!(lent.lock().unwrap().is_none());
     }
 }

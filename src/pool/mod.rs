@@ -13,6 +13,8 @@
 mod builder;
 mod core;
 mod error;
+pub(crate) mod estimate;
+mod held;
 mod job;
 mod monitor;
 mod run;
@@ -162,7 +164,10 @@ impl Pool {
     ///
     /// [`TryRunError::Saturated`] when every slot is held or callers are waiting, with a
     /// [`retry_after`](Saturated::retry_after) hint; [`TryRunError::Closed`] after
-    /// [`close`](Pool::close).
+    /// [`close`](Pool::close); [`TryRunError::OwnSlot`] instead of `Saturated` when called
+    /// by the handler of a request that holds one of this pool's slots (the tower layer's
+    /// `for_pool`): that request's `slot.try_run(&pool, job)` runs the job on its own slot.
+    /// (That check is one thread-local read, made on the refusal path only.)
     ///
     /// # Examples
     ///
@@ -186,8 +191,9 @@ impl Pool {
     ///
     /// - At the first poll: [`WithinError::Saturated`] (the job back inside, nothing
     ///   queued) or [`WithinError::Closed`]; if the deadline has already passed,
-    ///   [`WithinError::Expired`] and the job never runs.
-    /// - If the deadline passes while the job runs, [`WithinError::Expired`]: the job runs
+    ///   [`WithinError::Expired`] in [`Phase::InLine`](crate::deadline::Phase::InLine) and the job never runs.
+    /// - If the deadline passes while the job runs, [`WithinError::Expired`] in
+    ///   [`Phase::Running`](crate::deadline::Phase::Running): the job runs
     ///   on, orphaned, keeps its slot until its thread is done, and a failure of it is
     ///   reported to the orphan handler, once.
     /// - An output delivered after the deadline is refused the same way.
@@ -204,14 +210,15 @@ impl Pool {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use loopguard::deadline::Deadline;
+    /// use loopguard::deadline::{Deadline, Phase};
     /// use loopguard::pool::{Pool, WithinError};
     ///
     /// # futures_lite::future::block_on(async {
     /// let pool = Pool::builder().workers(1).build()?;
     /// let budget = Deadline::after(Duration::from_millis(20));
     /// let slow = pool.try_run_within(budget, || std::thread::sleep(Duration::from_millis(200)));
-    /// assert!(matches!(slow.await, Err(WithinError::Expired)));
+    /// let Err(WithinError::Expired(spent)) = slow.await else { unreachable!("200 ms > 20 ms") };
+    /// assert_eq!(spent.phase(), Phase::Running);
     /// // The walk still holds its slot, so the next caller is refused at once.
     /// let next = pool.try_run_within(Deadline::never(), || ()).await;
     /// assert!(next.unwrap_err().is_saturated());
@@ -237,6 +244,14 @@ impl Pool {
     /// handed to it at that moment passes on to the next waiter. Dropping it after the job
     /// started orphans the job, exactly like dropping a [`Job`].
     ///
+    /// # Errors
+    ///
+    /// [`RunError::Closed`] if the pool closes before the job gets a slot;
+    /// [`RunError::Panicked`] if the job panics; [`RunError::OwnSlot`] at once, instead of
+    /// waiting, when it would have to wait and is awaited by the handler of a request that
+    /// holds one of this pool's slots (the tower layer's `for_pool`: it would wait for
+    /// itself; use that request's `slot.try_run(&pool, job)`).
+    ///
     /// # Examples
     ///
     /// ```
@@ -255,9 +270,10 @@ impl Pool {
     /// as the job, and after expiry nothing new starts.
     ///
     /// - If the deadline passes while the caller waits, it leaves the queue; a slot granted
-    ///   to it at that moment is handed back at once, to the next waiter.
+    ///   to it at that moment is handed back at once, to the next waiter. The future
+    ///   resolves to [`RunError::Expired`] in [`Phase::InLine`](crate::deadline::Phase::InLine).
     /// - If the deadline passes while the job runs, the future resolves to
-    ///   [`RunError::Expired`] and the job is orphaned: it keeps its slot until its thread
+    ///   [`RunError::Expired`] in [`Phase::Running`](crate::deadline::Phase::Running) and the job is orphaned: it keeps its slot until its thread
     ///   finishes (a thread cannot be pre-empted), and a failure is reported to the orphan
     ///   handler.
     /// - An output that arrives after the deadline is not returned as success.
@@ -478,6 +494,12 @@ impl Pool {
     /// Resolves once no slot is held (every admitted job, orphans included, has finished and
     /// delivered its outcome). Resolves at once on an idle pool.
     ///
+    /// An orphan's failure is reported before its slot goes back, so it has been reported
+    /// when this resolves. One case is not waited for: a [`Job`] handle dropped in the
+    /// instant between its job's outcome being stored and being published reports that
+    /// outcome (if it is a failure) on the dropping thread, which may be after this has
+    /// resolved.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only observes.
@@ -501,6 +523,28 @@ impl Pool {
     #[cfg(any(feature = "tower", feature = "prometheus-client"))]
     pub(crate) fn same_pool(&self, other: &Pool) -> bool {
         Arc::ptr_eq(self.core(), other.core())
+    }
+
+    /// A tower layer admits requests on this pool's slots (`AdmissionLayer::for_pool`).
+    #[cfg(feature = "tower")]
+    pub(crate) fn mark_layered(&self) {
+        self.core()
+            .layered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Marks this thread as serving a request that holds one of this pool's slots, for as
+    /// long as the scope lives (the tower layer's pool mode, around its handler).
+    #[cfg(feature = "tower")]
+    pub(crate) fn held_scope(&self) -> held::Scope {
+        held::enter(self.core())
+    }
+
+    /// Clears that mark for as long as the scope lives: a call that asks for a second
+    /// slot knowingly (`Slot::try_run` with its slot busy).
+    #[cfg(feature = "tower")]
+    pub(crate) fn unheld_scope() -> held::Scope {
+        held::clear()
     }
 
     /// The pool's gate and its accounting, for the tower layer's pool mode.

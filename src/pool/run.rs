@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::core::Core;
 use super::error::RunError;
 use super::job::{self, IntoJob, Job};
-use crate::deadline::{Deadline, DeadlineTimer, Expired, poll_timer};
+use crate::deadline::{Deadline, DeadlineTimer, Spent, poll_timer};
 use crate::gate::wait::{Ended, SlotWait, Started};
 
 enum Phase<W, T> {
@@ -54,6 +54,8 @@ pub struct Run<W, T> {
     created: Instant,
     deadline: Deadline,
     timer: Option<DeadlineTimer>,
+    /// Refuse at once a wait that cannot be served before the deadline.
+    refuse_early: bool,
 }
 
 // The closure is never pinned: it is moved out to be run. The timer is `Unpin`.
@@ -68,18 +70,59 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
             created: Instant::now(),
             deadline,
             timer: None,
+            refuse_early: false,
         }
     }
 
     /// Ends the operation at expiry, whatever its phase: nothing new starts, a waiter
     /// leaves the queue (handing back a slot granted meanwhile), a running job is orphaned.
     fn expire(&mut self) -> RunError {
-        match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Queued(_) => self.core.abandon_wait(&mut self.wait),
-            Phase::Running(job) => drop(job),
-            Phase::Start(_) | Phase::Done => {}
+        let spent = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Queued(_) => {
+                self.core.abandon_wait(&mut self.wait);
+                Spent::IN_LINE
+            }
+            Phase::Running(job) => {
+                drop(job);
+                Spent::RUNNING
+            }
+            Phase::Start(_) | Phase::Done => Spent::IN_LINE,
+        };
+        RunError::Expired(spent)
+    }
+
+    /// Why a caller that has just joined the line must not wait in it, if it must not:
+    /// its own request holds one of the slots (it would wait for itself), or it asked to
+    /// [`refuse_early`](Run::refuse_early) and cannot be served in time.
+    fn refuse_in_line(&self) -> Option<RunError> {
+        if super::held::holds(&self.core) {
+            return Some(RunError::OwnSlot);
         }
-        RunError::Expired(Expired)
+        if !self.refuse_early {
+            return None;
+        }
+        let limit = &self.core.limit;
+        let estimate = super::estimate::Line {
+            ahead: limit.gate.waiting().saturating_sub(1),
+            capacity: limit.gate.capacity(),
+            hold: limit.hold.get()?,
+        };
+        let left = self
+            .deadline
+            .instant()?
+            .saturating_duration_since(Instant::now());
+        estimate
+            .cannot_finish_within(left)
+            .then(|| RunError::WouldExpire {
+                retry_after: estimate.wait(),
+            })
+    }
+
+    /// Leaves the line without waiting: a slot granted meanwhile goes on.
+    fn expire_queued(&mut self) {
+        if let Phase::Queued(_) = std::mem::replace(&mut self.phase, Phase::Done) {
+            self.core.abandon_wait(&mut self.wait);
+        }
     }
 
     /// Arms the deadline's timer; returns `true` if it has already fired.
@@ -104,6 +147,10 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                             Phase::Start(work) => Phase::Queued(work),
                             _ => unreachable!("matched `Start`"),
                         };
+                        if let Some(refused) = self.refuse_in_line() {
+                            self.expire_queued();
+                            return Poll::Ready(Err(refused));
+                        }
                     }
                     Started::Closed => {
                         self.phase = Phase::Done;
@@ -133,7 +180,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
                         // Completed, but too late to count as a result. The caller gets
                         // `Expired`, so a failure among late results is nobody's: report it.
                         job.report_refused(result, elapsed);
-                        return Poll::Ready(Err(RunError::Expired(Expired)));
+                        return Poll::Ready(Err(RunError::Expired(Spent::RUNNING)));
                     }
                     return Poll::Ready(result.map_err(RunError::from));
                 }
@@ -150,6 +197,72 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
         };
         let job = job::admit(&self.core, work, self.created.elapsed(), queued);
         self.phase = Phase::Running(job);
+    }
+}
+
+impl<W, T> Run<W, T> {
+    /// Opt-in admission that knows its budget: a caller that would have to wait in line,
+    /// and that at the pool's measured pace cannot be done before its deadline, is refused
+    /// at once with [`RunError::WouldExpire`] (and a `Retry-After` hint) instead of
+    /// waiting its budget out to end as [`RunError::Expired`]. A caller served at once, or
+    /// one with [`Deadline::never`], is never refused by it.
+    ///
+    /// # The estimate
+    ///
+    /// Decided once, when the caller joins the line: with `k` waiters ahead of it, `c`
+    /// slots and `h` the pool's mean hold (the moving average behind
+    /// [`Saturated::retry_after`](super::Saturated::retry_after)), its slot is expected
+    /// after `(k + 1) · h / c` (the `k + 1`-th release at `c / h` releases a second), and
+    /// its job done one `h` later. If that is past the deadline, it is refused; the hint is
+    /// the expected wait. Before the first job has finished there is no `h`, and nobody is
+    /// refused.
+    ///
+    /// # Precision
+    ///
+    /// When jobs take about `h` each, the true wait lies between `⌊k / c⌋ · h` and
+    /// `(⌊k / c⌋ + 1) · h`, so the estimate is off by at most one mean hold; with holds that
+    /// vary (exponentially, say) its spread grows like `√(k + 1) · h / c`. `k` is read from
+    /// the gate's waiting count as the caller joins, so concurrent arrivals may count each
+    /// other. The average follows the last eight or so holds: a change in job cost shows
+    /// with that lag.
+    ///
+    /// # When it refuses wrongly
+    ///
+    /// It refuses a caller that would have made it when the line moves faster than the
+    /// mean: the running jobs are near their end, the jobs ahead (or its own) are shorter
+    /// than `h` (a pool whose jobs are mostly quick with a few slow ones has an `h` above
+    /// the typical job), or waiters ahead leave (their deadline passes, they are dropped)
+    /// before their turn. It admits to the line a caller that will expire anyway when the
+    /// line moves slower. A refused caller can retry elsewhere; one admitted waits as with
+    /// [`run_within`](super::Pool::run_within), within its deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use loopguard::deadline::Deadline;
+    /// use loopguard::pool::{Pool, RunError};
+    ///
+    /// # futures_lite::future::block_on(async {
+    /// let pool = Pool::builder().workers(1).build()?;
+    /// // The pool learns its pace: a walk takes about 200 ms.
+    /// pool.run(|| std::thread::sleep(Duration::from_millis(200))).await.unwrap();
+    /// let (release, gate) = std::sync::mpsc::channel::<()>();
+    /// let busy = pool.try_run(move || gate.recv().ok()).unwrap();
+    ///
+    /// // 50 ms cannot cover the walk ahead and its own: refused now, not in 50 ms.
+    /// let hopeless = pool.run_within(Deadline::after(Duration::from_millis(50)), || 1).refuse_early();
+    /// let refused = hopeless.await.unwrap_err();
+    /// assert!(matches!(refused, RunError::WouldExpire { .. }));
+    /// assert!(refused.retry_after().unwrap() >= Duration::from_millis(150));
+    /// release.send(()).unwrap();
+    /// # busy.await.unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn refuse_early(mut self) -> Run<W, T> {
+        self.refuse_early = true;
+        self
     }
 }
 

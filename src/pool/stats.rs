@@ -95,26 +95,28 @@ impl Stats {
         let label = || name.to_string();
         let counter = |metric: &'static str| {
             Counted::new(emit::register(
-                || ::metrics::counter!(metric, "pool" => label()),
+                || ::metrics::counter!(metric, emit::LABEL_POOL => label()),
                 Counter::noop,
             ))
         };
         let gauge = |metric: &'static str| {
-            let gauge =
-                emit::register(|| ::metrics::gauge!(metric, "pool" => label()), Gauge::noop);
+            let gauge = emit::register(
+                || ::metrics::gauge!(metric, emit::LABEL_POOL => label()),
+                Gauge::noop,
+            );
             emit::set(&gauge, 0.0);
             gauge
         };
         let published = |metric: &'static str| Published::new(gauge(metric));
         let histogram = |metric: &'static str| {
             emit::register(
-                || ::metrics::histogram!(metric, "pool" => label()),
+                || ::metrics::histogram!(metric, emit::LABEL_POOL => label()),
                 Histogram::noop,
             )
         };
         let job = |outcome: &'static str| {
             Counted::new(emit::register(
-                || ::metrics::counter!(POOL_JOBS_TOTAL, "pool" => label(), "outcome" => outcome),
+                || ::metrics::counter!(POOL_JOBS_TOTAL, emit::LABEL_POOL => label(), "outcome" => outcome),
                 Counter::noop,
             ))
         };

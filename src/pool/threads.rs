@@ -6,9 +6,9 @@ use std::sync::Arc;
 use super::builder::PoolBuilder;
 use super::core::Core;
 use super::monitor::{self, Watched};
-use crate::sync::contain;
+use crate::contain::contain;
 #[cfg(target_os = "linux")]
-use crate::sync::log_contained;
+use crate::contain::log_contained;
 
 /// Builds the shared state of the pool `builder` describes and starts its threads: one
 /// worker per slot, and the stuck-job monitor unless it is turned off.

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use super::core::Core;
 use super::error::WithinError;
 use super::job::{self, IntoJob, Job};
-use crate::deadline::{Deadline, DeadlineTimer, poll_timer};
+use crate::deadline::{Deadline, DeadlineTimer, Spent, poll_timer};
 
 enum Phase<W, T> {
     /// Not polled yet: nothing admitted.
@@ -24,7 +24,7 @@ enum Phase<W, T> {
 /// first poll or refuses at once, then resolves to the job's output within the deadline.
 ///
 /// The late rule is the one of [`Run`](super::Run): an output delivered after the deadline
-/// is refused ([`WithinError::Expired`]); a refused failure goes to the orphan handler,
+/// is refused ([`WithinError::Expired`], [`Phase::Running`](crate::deadline::Phase::Running)); a refused failure goes to the orphan handler,
 /// once; a refused success is dropped (its `Drop` contained).
 ///
 /// # Cancel safety
@@ -94,8 +94,11 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
         loop {
             // Nothing new starts after expiry; a running job is orphaned by its drop.
             if !matches!(this.phase, Phase::Done) && this.deadline.is_expired() {
-                this.phase = Phase::Done;
-                return Poll::Ready(Err(WithinError::Expired));
+                let spent = match std::mem::replace(&mut this.phase, Phase::Done) {
+                    Phase::Running(_) => Spent::RUNNING,
+                    _ => Spent::IN_LINE,
+                };
+                return Poll::Ready(Err(WithinError::Expired(spent)));
             }
             match &mut this.phase {
                 Phase::Start(_) => {
@@ -117,7 +120,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
                             // Too late to count: the caller gets `Expired`, so a failure
                             // among late results is nobody's but the handler's.
                             job.report_refused(result, elapsed);
-                            return Poll::Ready(Err(WithinError::Expired));
+                            return Poll::Ready(Err(WithinError::Expired(Spent::RUNNING)));
                         }
                         return Poll::Ready(result.map_err(WithinError::Panicked));
                     }

@@ -12,18 +12,7 @@ use std::time::{Duration, Instant};
 // Under the crate's loom cfg (unit tests only) the queue's lock, the workers' condvars and
 // the spinners' counter are loom's, so `workers/loom_model.rs` explores every interleaving of
 // dispatch, spin, park, wake and close; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{Condvar, Mutex, MutexGuard, atomic::AtomicUsize};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{Condvar, Mutex, MutexGuard, atomic::AtomicUsize};
-
-/// Locks `mutex`, recovering from poison (see `crate::sync::lock`; here the mutex may be
-/// loom's).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::sync::{Condvar, Mutex, MutexGuard, atomic::AtomicUsize, lock};
 
 /// What a worker thread runs: an admitted job, which delivers or reports its own outcome
 /// and gives its slot back. Never unwinds.

@@ -3,33 +3,45 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::deadline::Expired;
+use crate::deadline::Spent;
 use crate::failure::Panicked;
 
 /// Why a [`Refresh`](super::Refresh) call returned no fresh value.
 ///
 /// [`is_failure`](RefreshError::is_failure) tells real collection failures (count them,
-/// alert on them) from a caller's budget running out ([`Expired`], which says nothing about
-/// the collection: it goes on and its result is cached).
+/// alert on them) from a caller's budget running out ([`Expired`](RefreshError::Expired),
+/// which says nothing about the collection: it goes on and its result is cached).
 ///
 /// # Examples
 ///
 /// ```
-/// use loopguard::refresh::RefreshError;
+/// # futures_lite::future::block_on(async {
+/// use loopguard::deadline::{Deadline, Phase};
+/// use loopguard::pool::Pool;
+/// use loopguard::refresh::{Refresh, RefreshError};
 ///
-/// let late: RefreshError<String> = loopguard::deadline::Expired.into();
+/// let pool = Pool::builder().workers(1).build()?;
+/// let cache = Refresh::builder("up").on_pool(&pool, || Ok::<_, String>(1));
+/// let late = cache.get(Deadline::after(std::time::Duration::ZERO)).await.unwrap_err();
 /// assert!(late.is_expired() && !late.is_failure());
-/// assert_eq!(late.to_string(), "deadline expired");
+/// assert!(matches!(late, RefreshError::Expired(spent) if spent.phase() == Phase::InLine));
+/// assert_eq!(late.to_string(), "deadline expired in line, before the job started");
 /// let failed = RefreshError::Failed("no rows".to_string());
 /// assert!(failed.is_failure());
 /// assert_eq!(failed.to_string(), "collection failed: no rows");
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RefreshError<E> {
-    /// The caller's deadline ended before a value was ready (or had ended on entry). Any
-    /// collection in flight goes on and its outcome is cached.
-    Expired,
+    /// The caller's deadline ended before a value was ready. Any collection in flight goes
+    /// on and its outcome is cached. [`Spent::phase`] says where:
+    /// [`InLine`](crate::deadline::Phase::InLine) when no collection ran for this caller yet
+    /// (the budget had ended on entry, or the collection waited for a pool slot),
+    /// [`Running`](crate::deadline::Phase::Running) when a collection this caller started or
+    /// joined was running (or finished too late).
+    Expired(Spent),
     /// The collection returned this error (now, or earlier within the failure TTL).
     Failed(E),
     /// The collection panicked (now, or earlier within the failure TTL), or the `Clone` that
@@ -57,24 +69,22 @@ impl<E> RefreshError<E> {
     ///
     /// # Examples
     ///
-    /// ```
-    /// assert!(loopguard::refresh::RefreshError::<()>::Expired.is_expired());
-    /// ```
+    /// See [`RefreshError`].
     pub fn is_expired(&self) -> bool {
-        matches!(self, RefreshError::Expired)
+        matches!(self, RefreshError::Expired(_))
     }
 }
 
-impl<E> From<Expired> for RefreshError<E> {
-    fn from(_: Expired) -> RefreshError<E> {
-        RefreshError::Expired
+impl<E> From<Spent> for RefreshError<E> {
+    fn from(spent: Spent) -> RefreshError<E> {
+        RefreshError::Expired(spent)
     }
 }
 
 impl<E: fmt::Display> fmt::Display for RefreshError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RefreshError::Expired => fmt::Display::fmt(&Expired, f),
+            RefreshError::Expired(e) => fmt::Display::fmt(e, f),
             RefreshError::Failed(e) => write!(f, "collection failed: {e}"),
             RefreshError::Panicked(p) => write!(f, "collection panicked: {}", p.message()),
             RefreshError::Closed => f.write_str("no collection could run: pool or executor gone"),
@@ -82,12 +92,14 @@ impl<E: fmt::Display> fmt::Display for RefreshError<E> {
     }
 }
 
+/// `Display` shows the collection's error, so `source()` is that error's own source (the
+/// next cause it does not print), and `None` for the other variants: a chain printed by a
+/// reporter names each cause once.
 impl<E: std::error::Error + 'static> std::error::Error for RefreshError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RefreshError::Failed(e) => Some(e),
-            RefreshError::Panicked(p) => Some(p),
-            RefreshError::Expired | RefreshError::Closed => None,
+            RefreshError::Failed(e) => e.source(),
+            _ => None,
         }
     }
 }

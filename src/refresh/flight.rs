@@ -18,16 +18,22 @@
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// Under the crate's loom cfg (unit tests only) the state lock is loom's, so
+// `flight/loom_model.rs` explores complete, give up, join and restart racing; normal
+// builds never see loom.
+pub(crate) use crate::sync::Mutex;
 
 use crate::signal::Signal;
 use futures_lite::FutureExt;
 
+use crate::contain::{drop_contained, drop_quietly, panic_message, trace_panic};
 use crate::emit::{Counted, RunOutcome};
 use crate::failure::Panicked;
 use crate::refresh::error::RefreshError;
-use crate::sync::{drop_contained, drop_quietly, lock, panic_message, trace_panic};
+use crate::sync::lock;
 
 /// The counters of one cache, behind [`RefreshStats`](super::RefreshStats), each mirrored
 /// into the metric registered when the cache was built.
@@ -298,3 +304,8 @@ where
         }
     }
 }
+
+/// Exhaustive interleavings of a flight's completion, its give-up, a joiner and a restart,
+/// under loom.
+#[cfg(all(test, loopguard_loom))]
+mod loom_model;

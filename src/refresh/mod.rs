@@ -53,15 +53,17 @@ mod flight;
 
 use std::fmt;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::deadline::Deadline;
+use crate::contain::drop_contained;
+use crate::deadline::{Deadline, Spent};
 use crate::emit::RunOutcome;
 use crate::pool::{Pool, RunError};
 use crate::shield::{Runner, Shield, ShieldError};
-use crate::sync::{drop_contained, lock};
+use crate::sync::lock;
 
 pub use self::builder::RefreshBuilder;
 pub use self::error::{RefreshError, RefreshStats, Served};
@@ -324,7 +326,6 @@ where
     /// # Ok::<(), std::io::Error>(())
     /// # }).unwrap();
     /// ```
-    #[doc(hidden)]
     pub fn peek_at(&self, now: Instant) -> Option<T> {
         let cached =
             lock(&self.inner.core.state).cached_at(now, self.inner.ttl, self.inner.failure_ttl);
@@ -348,7 +349,8 @@ where
         let mut joined = false;
         loop {
             if deadline.is_expired() {
-                return Err(self.expired());
+                // Past a given-up flight it joined, no collection of its own ran yet.
+                return Err(self.expired(Spent::IN_LINE));
             }
             let step = {
                 let mut state = lock(&core.state);
@@ -389,7 +391,8 @@ where
             // wait looks at the flight after registering: nothing slips in unnoticed.
             let ended = || lock(&core.state).in_flight != Some(generation);
             if deadline.run(core.event.wait(ended)).await.is_err() {
-                return Err(self.expired());
+                // The flight it joined was collecting.
+                return Err(self.expired(Spent::RUNNING));
             }
             let outcome = lock(&core.state).outcome_since(generation);
             if let Some(outcome) = outcome {
@@ -418,7 +421,7 @@ where
                 // refuses a success that lands past the deadline and reports a panic it
                 // refuses; a panic it returns is reported here, once.
                 match pool.run_within(deadline, job).await {
-                    Err(RunError::Expired(_)) => return Err(self.expired()),
+                    Err(RunError::Expired(spent)) => return Err(self.expired(spent)),
                     Ok(()) => {}
                     Err(RunError::Panicked(panicked)) => {
                         // The starter is the job's only awaiter: it reports, so the panic
@@ -429,12 +432,19 @@ where
                 }
             }
             Source::Spawned(shield, spawn, collect) => {
-                let collection = collect();
+                // `collect()` is user code, called here on the caller's task: a panic in it
+                // is a panicking collection like one inside the future, so it travels the
+                // same way (cached as a failure, reported once by the shield's runner)
+                // instead of unwinding out of this call.
+                let collection = match catch_unwind(AssertUnwindSafe(collect)) {
+                    Ok(collection) => collection,
+                    Err(payload) => Box::pin(async move { resume_unwind(payload) }),
+                };
                 let future: BoxFuture<()> = Box::pin(run_async(flight, collection));
                 let (runner, handle) = shield.wrap(future);
                 spawn(runner);
                 match deadline.run(handle).await {
-                    Err(_) => return Err(self.expired()),
+                    Err(_) => return Err(self.expired(Spent::RUNNING)),
                     Ok(Ok(())) => {}
                     Ok(Err(ShieldError::Panicked(panicked))) => {
                         shield.report_panic(panicked, self.ran_for(generation));
@@ -460,9 +470,9 @@ where
         }
     }
 
-    fn expired(&self) -> RefreshError<E> {
+    fn expired(&self, spent: Spent) -> RefreshError<E> {
         self.inner.core.counters.expired.bump();
-        RefreshError::Expired
+        RefreshError::Expired(spent)
     }
 }
 
@@ -517,7 +527,7 @@ impl<T, E> Refresh<T, E> {
 fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
-        state: std::sync::Mutex::new(flight::CacheState::new()),
+        state: flight::Mutex::new(flight::CacheState::new()),
         event: crate::signal::Signal::new(),
         counters: builder::register(&name),
     });

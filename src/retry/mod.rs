@@ -44,7 +44,7 @@
 //! let policy = Retry::new()
 //!     .attempts(4)?
 //!     .backoff(Backoff::exponential(Duration::from_millis(1), Duration::from_millis(8)))
-//!     .attempt_timeout(Duration::from_millis(300));
+//!     .attempt_timeout(Duration::from_millis(300))?;
 //! let deadline = Deadline::after(Duration::from_secs(1));
 //!
 //! let done = policy
@@ -204,18 +204,35 @@ impl<P> Retry<P> {
     /// An attempt cut by this limit ends as [`AttemptError::TimedOut`], which is
     /// always retried. One cut by the overall deadline ends the retry instead.
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for [`Duration::ZERO`]: a poll that starts at a
+    /// deadline never polls the attempt (see [`Deadline::run`](crate::deadline::Deadline::run)),
+    /// so every attempt would time out unstarted. A limit it cannot honour is refused, as
+    /// for [`attempts(0)`](Retry::attempts).
+    ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
     /// use loopguard::retry::Retry;
     ///
-    /// let policy = Retry::new().attempt_timeout(Duration::from_millis(250));
+    /// let policy = Retry::new().attempt_timeout(Duration::from_millis(250))?;
+    /// let err = Retry::new().attempt_timeout(Duration::ZERO).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// assert_eq!(err.to_string(), "a retry's attempt timeout must be more than zero");
     /// # let _ = policy;
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+    pub fn attempt_timeout(mut self, timeout: Duration) -> io::Result<Self> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a retry's attempt timeout must be more than zero",
+            ));
+        }
         self.attempt_timeout = Some(timeout);
-        self
+        Ok(self)
     }
 
     /// The longest server hint honoured (a [`Decision::RetryAfter`], a rule's

@@ -47,7 +47,7 @@ pin_project_lite::pin_project! {
         done: bool,
         sleep: Option<Sleep>,
         #[pin]
-        attempt: Option<deadline::Run<Fut>>,
+        attempt: Option<deadline::DeadlineRun<Fut>>,
     }
 }
 
@@ -122,7 +122,7 @@ where
                     // dropped with its `Drop` contained. A late `Err` is still returned,
                     // inside the error: no failure of an attempt is dropped on the way out.
                     Ok(Ok(value)) if deadline.is_expired() => {
-                        crate::sync::drop_contained("a refused late output", value);
+                        crate::contain::drop_contained("a refused late output", value);
                         break Err(deadline_error(this.last, n));
                     }
                     Ok(Ok(value)) => break Ok(Success { value, attempts: n }),

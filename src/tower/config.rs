@@ -13,6 +13,9 @@ use crate::header;
 pub(crate) struct AdmissionConfig {
     /// Wait in line within the request's deadline instead of refusing at once.
     pub(crate) wait: bool,
+    /// In waiting mode, refuse at once a request that cannot be served before its
+    /// deadline at the gate's measured pace.
+    pub(crate) refuse_early: bool,
     /// `(default, offset)` for [`header::request_deadline`], or none.
     pub(crate) deadline: Option<(Duration, Duration)>,
 }

@@ -245,6 +245,15 @@ macro_rules! gated_mode {
                     Gates::Own(_) => None,
                 }
             }
+
+            fn line(&self) -> Option<(usize, usize, Duration)> {
+                let limit = self.gates_ref();
+                Some((
+                    limit.gate.waiting(),
+                    limit.gate.capacity(),
+                    limit.hold.get()?,
+                ))
+            }
         }
 
         impl Gauged for $mode {

@@ -133,6 +133,7 @@ impl AdmissionLayer<OnPool> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn for_pool(pool: &Pool) -> AdmissionLayer<OnPool> {
+        pool.mark_layered();
         AdmissionLayer::with_mode(OnPool { pool: pool.clone() })
     }
 }
@@ -230,6 +231,7 @@ impl<M: Mode> AdmissionLayer<M> {
             mode,
             config: AdmissionConfig {
                 wait: false,
+                refuse_early: false,
                 deadline: None,
             },
         }
@@ -240,6 +242,14 @@ impl<M: Mode> AdmissionLayer<M> {
     /// [`Deadline`](crate::deadline::Deadline) an outer layer put in the request's extensions counts too; with
     /// neither, the wait has no end). A request whose deadline passes in line gets the
     /// 503; a slot granted to it at that moment passes on to the next in line.
+    ///
+    /// A request whose deadline has already passed when it arrives (a `grpc-timeout: 0S`,
+    /// a budget an outer layer spent) gets the same 503 with `Retry-After`, counted as a
+    /// refusal, **whether or not a slot is free**: the deadline is fixed at arrival, before
+    /// admission, so nothing is admitted or run for a caller that has given up, and the
+    /// answer does not depend on the load. (In fail-fast mode a free slot admits it and
+    /// the handler gets the spent [`Deadline`](crate::deadline::Deadline): no clock is read
+    /// before admission there.)
     ///
     /// The order is that of the waiting futures' first poll (a server polls each at once,
     /// so in practice the order of arrival), and [`waiting`](AdmissionLayer::waiting)
@@ -260,6 +270,37 @@ impl<M: Mode> AdmissionLayer<M> {
     /// ```
     pub fn wait_within_deadline(mut self) -> Self {
         self.config.wait = true;
+        self
+    }
+
+    /// Opt-in, with [`wait_within_deadline`](AdmissionLayer::wait_within_deadline):
+    /// admission that knows its budget. A request that finds no free slot and, at the
+    /// gate's measured pace, would not be served before its deadline is refused at once
+    /// (`503`, `Retry-After` the estimated wait for a slot) instead of waiting its budget
+    /// out to get the same 503 at its deadline; it can retry elsewhere now.
+    ///
+    /// The estimate is [`Run::refuse_early`](crate::pool::Run::refuse_early)'s, with the
+    /// layer's numbers: `k` requests already in line, `c` slots, `h` the mean time a slot is
+    /// held (a request's hold; under [`for_pool`](AdmissionLayer::for_pool), the pool's
+    /// mean of its jobs and its requests), so the request is expected to be done
+    /// `(k + 1) · h / c + h` from now. Its precision and when it refuses wrongly are
+    /// described there. A request with no deadline, a layer that has not yet seen a slot
+    /// come back, and keyed mode (no estimate per key) are never refused by it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let layer = loopguard::tower::AdmissionLayer::new("api", 4)?
+    ///     .wait_within_deadline()
+    ///     .refuse_early()
+    ///     .deadline_from_headers(Duration::from_secs(5), Duration::ZERO);
+    /// # let _ = layer;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn refuse_early(mut self) -> Self {
+        self.config.refuse_early = true;
         self
     }
 

@@ -49,6 +49,10 @@ pub mod sealed {
         fn retry_after(&self) -> Duration;
         /// The pool whose slots the requests hold, if any.
         fn pool(&self) -> Option<Pool>;
+        /// The line a request joining now would see, for an early refusal: waiters ahead,
+        /// slots, mean hold; `None` when the mode has no estimate (no hold measured yet, or
+        /// per key).
+        fn line(&self) -> Option<(usize, usize, Duration)>;
     }
 
     /// The modes with one gate for every request: its numbers, and its idle signal.
@@ -246,6 +250,10 @@ where
     }
 
     fn pool(&self) -> Option<Pool> {
+        None
+    }
+
+    fn line(&self) -> Option<(usize, usize, Duration)> {
         None
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use tower_service::Service;
@@ -15,7 +15,8 @@ use super::gated::Limited;
 use super::mode::{AdmitOutcome, Mode};
 use super::refuse::refusal;
 use super::slot::Slot;
-use crate::deadline::{Deadline, DeadlineTimer, Run, poll_timer};
+use crate::deadline::{Deadline, DeadlineRun, DeadlineTimer, poll_timer};
+use crate::pool::estimate::Line;
 
 /// A service behind an [`AdmissionLayer`](super::AdmissionLayer): each request is
 /// admitted through the layer's gate before the inner service sees it.
@@ -137,22 +138,41 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        // Waiting mode fixes the deadline at arrival, before admission: a request whose
+        // budget is already spent is refused whether or not a slot is free (the same answer
+        // either way), and nothing is admitted for it.
+        let arrival = if self.config.wait {
+            let deadline = self.config.deadline(&request);
+            if deadline.is_some_and(Deadline::is_expired) {
+                return ResponseFuture {
+                    state: self.refuse(),
+                };
+            }
+            Some(deadline)
+        } else {
+            None
+        };
         let state = match self.mode.try_admit(request, self.config.wait) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
                 let slot = Slot::grant(permit, self.mode.pool());
-                let deadline = self.config.deadline(&request);
+                let deadline = arrival.unwrap_or_else(|| self.config.deadline(&request));
                 let request = admitted(request, &slot, deadline);
+                let future = {
+                    let _held = slot.scope();
+                    self.inner.call(request)
+                };
                 ResponseState::Running {
-                    future: self.inner.call(request),
+                    future,
                     slot: Some(slot),
                 }
             }
-            // Waiting: the deadline is fixed now, before the wait spends it.
+            // Waiting: the deadline was fixed at arrival, before the wait spends it.
             AdmitOutcome::Later(ticket, request) if self.config.wait => {
-                match self.config.deadline(&request) {
-                    Some(deadline) if deadline.is_expired() => self.refuse(),
-                    deadline => ResponseState::Waiting {
+                let deadline = arrival.flatten();
+                match deadline.and_then(|deadline| self.hopeless(deadline)) {
+                    Some(retry_after) => self.refuse_with(retry_after),
+                    None => ResponseState::Waiting {
                         // A clone goes with the request; the ready service stays behind.
                         line: Box::new(WaitingRequest {
                             wait: (deadline.unwrap_or(Deadline::never()))
@@ -179,17 +199,40 @@ impl<S, M: Mode> Admission<S, M> {
     where
         S: Service<Request<ReqB>>,
     {
+        self.refuse_with(self.mode.retry_after())
+    }
+
+    fn refuse_with<ReqB>(&self, retry_after: Duration) -> ResponseState<S, ReqB, M>
+    where
+        S: Service<Request<ReqB>>,
+    {
         self.mode.reject();
-        ResponseState::Refused {
-            retry_after: self.mode.retry_after(),
+        ResponseState::Refused { retry_after }
+    }
+
+    /// With [`refuse_early`](super::AdmissionLayer::refuse_early): the estimated wait of a
+    /// request that, joining the line now, would not be served before `deadline`.
+    fn hopeless(&self, deadline: Deadline) -> Option<Duration> {
+        if !self.config.refuse_early {
+            return None;
         }
+        let (ahead, capacity, hold) = self.mode.line()?;
+        let line = Line {
+            ahead,
+            capacity,
+            hold,
+        };
+        let left = deadline
+            .instant()?
+            .saturating_duration_since(Instant::now());
+        line.cannot_finish_within(left).then(|| line.wait())
     }
 }
 
 /// A request waiting in line, then for its service's readiness (boxed: the other states
 /// stay small).
 struct WaitingRequest<S, ReqB, M: Mode> {
-    wait: Run<M::Wait>,
+    wait: DeadlineRun<M::Wait>,
     /// The slot, once granted, while the service gets ready.
     permit: Option<M::Permit>,
     /// The deadline's timer while the service gets ready.
@@ -322,14 +365,20 @@ where
                     };
                     let slot = Slot::grant(permit, line.mode.pool());
                     let request = admitted(request, &slot, line.deadline);
-                    let future = service.call(request);
+                    let future = {
+                        let _held = slot.scope();
+                        service.call(request)
+                    };
                     state.set(ResponseState::Running {
                         future,
                         slot: Some(slot),
                     });
                 }
                 ResponseStateProj::Running { future, slot } => {
+                    // While the handler runs, the thread says which pool's slot it holds.
+                    let held = slot.as_ref().and_then(Slot::scope);
                     let result = std::task::ready!(future.poll(cx));
+                    drop(held);
                     let slot = slot.take();
                     state.set(ResponseState::Done);
                     // An error frees the slot here; a response hands it to its body.

@@ -96,8 +96,21 @@ impl Slot {
                 };
                 Ok(pool.run_on_held_slot(job, Box::new(lent)))
             }
+            // Its own slot busy with a job: a second admission, refused as any other when
+            // the pool is full (not told to use the slot it is using).
+            Some((own, _)) if own.same_pool(pool) => {
+                let _asked_knowingly = Pool::unheld_scope();
+                pool.try_run(job)
+            }
             _ => pool.try_run(job),
         }
+    }
+
+    /// Marks the thread, while the handler runs, as serving a request that holds a slot of
+    /// its pool: a `pool.run` there that would wait, or a `pool.try_run` that would be
+    /// refused, is refused with `OwnSlot` instead of waiting for itself.
+    pub(crate) fn scope(&self) -> Option<impl Drop + use<>> {
+        self.pool.as_ref().map(|(pool, _)| pool.held_scope())
     }
 }
 

@@ -210,7 +210,7 @@ impl Client {
             .decide(retryable)
             .boxed();
         if let Some(timeout) = config.attempt_timeout {
-            retry = retry.attempt_timeout(timeout);
+            retry = retry.attempt_timeout(timeout).map_err(|e| e.to_string())?;
         }
         Ok(Client {
             inner: Arc::new(Inner {

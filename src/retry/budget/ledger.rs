@@ -12,15 +12,10 @@
 
 // Under the crate's loom cfg (unit tests only) the atomics and the mutex are loom's, so
 // the model in `budget/loom_model.rs` explores every interleaving; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::{
-    Mutex, MutexGuard,
+use crate::sync::{
+    Mutex,
     atomic::{AtomicI64, AtomicU64, Ordering},
-};
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::{
-    Mutex, MutexGuard,
-    atomic::{AtomicI64, AtomicU64, Ordering},
+    lock,
 };
 
 /// Closed windows kept: with the open one, a deposit counts for between 10 and 11 windows,
@@ -53,14 +48,6 @@ pub(crate) struct Ledger {
 struct Closed {
     windows: [(u64, i64); WINDOWS],
     live: i128,
-}
-
-/// Locks `mutex`, recovering from poison (nothing in a critical section here can panic, so
-/// a poisoned lock carries no broken invariant).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Ledger {
