@@ -1,7 +1,7 @@
 //! A Prometheus exporter on smol that survives scrape storms and connection floods.
 //!
 //! ```text
-//! cargo run --release --example registry_exporter -- [--listen 127.0.0.1:9898] [--workers 2]
+//! cargo run --release -p loopguard-exporter --example crate_exporter -- [--listen 127.0.0.1:9898] [--workers 2]
 //!     [--worker-nice 10] [--worker-class idle] [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000]
 //!     [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000]
 //!     [--cardinality-interval-ms 30000]
