@@ -19,6 +19,7 @@ use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use loopguard::deadline::Deadline;
+use loopguard::lag::LoopLag;
 use loopguard::pool::Pool;
 use loopguard::refresh::Refresh;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
@@ -59,6 +60,7 @@ pub(crate) struct Inner {
     pub(crate) source: Arc<dyn Source>,
     pub(crate) pool: Pool,
     pub(crate) cache: Option<Refresh<Rendered, String>>,
+    pub(crate) lag: Option<LoopLag>,
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
@@ -91,6 +93,7 @@ impl Exporter {
         settings: Settings,
         source: Arc<dyn Source>,
         pool: Pool,
+        lag: Option<LoopLag>,
     ) -> io::Result<Exporter> {
         let cache = settings.coalesce.map(|ttl| {
             let (source, level) = (source.clone(), settings.gzip_level);
@@ -112,6 +115,7 @@ impl Exporter {
                 source,
                 pool,
                 cache,
+                lag,
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),
                 shed: AtomicU64::new(0),
@@ -167,6 +171,12 @@ impl Exporter {
         &self.inner.pool
     }
 
+    /// The loop's lag probe and poll timing, unless turned off:
+    /// [`ExporterBuilder::loop_lag`].
+    pub fn loop_lag(&self) -> Option<&LoopLag> {
+        self.inner.lag.as_ref()
+    }
+
     /// Connections open now, over every listener.
     pub fn connections(&self) -> usize {
         self.inner.connections.load(Ordering::SeqCst)
@@ -210,10 +220,14 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
     let ex = LocalExecutor::new();
     let tracker = Rc::new(Tracker::default());
     let grace = inner.settings.shutdown_grace;
-    ex.run(async {
+    let lag = inner.lag.clone();
+    let accepting = async {
         let listener = listener;
         let mut published = 0;
         ex.spawn(upkeep(inner.clone())).detach();
+        if let Some(lag) = &lag {
+            ex.spawn(lag.probe()).detach();
+        }
         loop {
             let accepted = future::or(async { Some(listener.accept().await) }, async {
                 inner.stop.wait().await;
@@ -231,8 +245,8 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
                     }
                     let conn = tracker.add();
                     inner.connections.fetch_add(1, Ordering::SeqCst);
-                    ex.spawn(connection(stream, conn, tracker.clone(), inner.clone()))
-                        .detach();
+                    let served = connection(stream, conn, tracker.clone(), inner.clone());
+                    ex.spawn(timed(lag.as_ref(), "connection", served)).detach();
                 }
                 Some(Err(err)) if conns::out_of_descriptors(&err) => {
                     if !tracker.shed_oldest_idle() {
@@ -251,8 +265,8 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         drop(listener);
         let _ = Deadline::after(grace).run(tracker.all_closed()).await;
         publish_shed(&inner, &tracker, &mut published);
-    })
-    .await;
+    };
+    ex.run(timed(lag.as_ref(), "accept", accepting)).await;
     // Connections still open past the grace are dropped with the executor.
     drop(ex);
     inner.pool.close();
@@ -264,6 +278,18 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         log::warn!("walks still running after the shutdown grace; leaving them behind");
     }
     Ok(())
+}
+
+/// `future`, its polls timed under `task` when the exporter has a loop lag.
+fn timed<'a, F: Future + 'a>(
+    lag: Option<&LoopLag>,
+    task: &str,
+    future: F,
+) -> Pin<Box<dyn Future<Output = F::Output> + 'a>> {
+    match lag {
+        Some(lag) => Box::pin(lag.instrument(task, future)),
+        None => Box::pin(future),
+    }
 }
 
 /// Adds this listener's connections shed since `published` to the exporter's count.
