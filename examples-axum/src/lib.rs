@@ -2,7 +2,9 @@
 //! on a `Pool`, behind `AdmissionLayer::for_pool`: the pool is the one limit from the request
 //! to the worker thread. A scrape is admitted on one of the pool's slots (or answered 503 +
 //! `Retry-After` at once when every slot is taken), runs its walk on that very slot, and
-//! spends the scrape's own deadline (from its timeout headers) on it.
+//! spends the scrape's own deadline (from its timeout headers) on it. The statuses are
+//! `loopguard_exporter::Unserved`'s, the one mapping the exporter crate answers with: no
+//! slot `503` + `Retry-After`, a spent budget `504` (the walk goes on), a panic `500`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use axum::routing::get;
 use loopguard::deadline::Deadline;
 use loopguard::pool::Pool;
 use loopguard::tower::{AdmissionLayer, Slot};
+use loopguard_exporter::Unserved;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 /// What the route needs: the pool that walks, and the registry it walks.
@@ -57,16 +60,28 @@ async fn metrics(
     });
     let walk = match walk {
         Ok(walk) => walk,
-        Err(busy) => return (StatusCode::SERVICE_UNAVAILABLE, format!("{busy}\n")).into_response(),
+        Err(busy) => return unserved(Unserved::from(busy)),
     };
     match deadline.run(walk).await {
         Ok(Ok(text)) => {
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         // The budget ran out: the walk goes on, orphaned, on its slot.
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "scrape budget spent\n").into_response(),
-        Ok(Err(panicked)) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, format!("{panicked}\n")).into_response()
-        }
+        Err(spent) => unserved(Unserved::from(spent)),
+        Ok(Err(panicked)) => unserved(Unserved::from(panicked)),
     }
+}
+
+/// The answer for a scrape that got no rendering: the status, `Retry-After` for a refusal,
+/// and the reason as the body.
+fn unserved(unserved: Unserved) -> Response {
+    let status =
+        StatusCode::from_u16(unserved.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, format!("{unserved}\n")).into_response();
+    if let Some(secs) = unserved.retry_after_secs() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    }
+    response
 }

@@ -128,6 +128,20 @@ fn scrapes_are_admitted_refused_and_cut_by_their_budget() {
             // The request's slot and its walk's share of it are both back.
             pool.wait_idle().await;
             assert_eq!((pool.in_use(), pool.waiting()), (0, 0));
+
+            // A budget spent with the walk started: `Unserved`'s 504, no `Retry-After` (a
+            // 2 ns timeout leaves a 1 ns budget, spent before the walk is awaited).
+            let spent = [("X-Prometheus-Scrape-Timeout-Seconds", "0.000000002")];
+            let (status, retry_after, body) = get(addr, "/metrics", &spent).await;
+            assert_eq!(
+                (status, retry_after.as_deref(), body.as_str()),
+                (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    None,
+                    "budget spent; the walk goes on\n"
+                )
+            );
+            pool.wait_idle().await;
         },
         watchdog,
     ));

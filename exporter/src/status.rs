@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-use loopguard::pool::WithinError;
+use loopguard::Panicked;
+use loopguard::deadline::Expired;
+use loopguard::pool::{TryRunError, WithinError};
 use loopguard::refresh::RefreshError;
 
 /// Why a scrape got no rendering, and the HTTP answer for it.
@@ -113,5 +115,35 @@ impl<E: fmt::Display> From<RefreshError<E>> for Unserved {
             RefreshError::Closed { .. } => Unserved::Closed,
             other => Unserved::Failed(other.to_string()),
         }
+    }
+}
+
+impl<W> From<TryRunError<W>> for Unserved {
+    /// A refused `Pool::try_run` or `Slot::try_run` (feature `tower`): the walk never
+    /// started. A handler asking for a second slot while its request holds one
+    /// (`OwnSlot`) is a bug in the handler: `500`.
+    fn from(err: TryRunError<W>) -> Unserved {
+        match err {
+            TryRunError::Saturated(busy) => Unserved::Saturated {
+                retry_after_secs: busy.retry_after_secs(),
+            },
+            TryRunError::Closed(_) => Unserved::Closed,
+            other => Unserved::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<Expired> for Unserved {
+    /// A `Deadline::run` around a started walk (a `Job`) that ran out: `504`, the walk goes
+    /// on.
+    fn from(_: Expired) -> Unserved {
+        Unserved::BudgetSpent
+    }
+}
+
+impl From<Panicked> for Unserved {
+    /// A walk that panicked: `500`.
+    fn from(panic: Panicked) -> Unserved {
+        Unserved::Failed(panic.to_string())
     }
 }

@@ -67,12 +67,14 @@
 //!         let pool = self.0.clone();
 //!         Box::pin(async move {
 //!             // On the request's own slot: no second admission. The walk keeps the slot
-//!             // until it ends, even if the client leaves.
+//!             // until it ends, even if the client leaves. The statuses are
+//!             // `loopguard_exporter::Unserved`'s: nothing started is 503, a spent budget
+//!             // (the walk goes on) 504, which no retry policy in loopguard's `ops/` retries.
 //!             let status = match slot.try_run(&pool, || "up 1\n".to_string()) {
 //!                 Ok(walk) => match deadline.run(walk).await {
 //!                     Ok(Ok(body)) => return Ok(Response::new(body)),
 //!                     Ok(Err(_panicked)) => StatusCode::INTERNAL_SERVER_ERROR,
-//!                     Err(_expired) => StatusCode::SERVICE_UNAVAILABLE,
+//!                     Err(_spent) => StatusCode::GATEWAY_TIMEOUT,
 //!                 },
 //!                 Err(_busy) => StatusCode::SERVICE_UNAVAILABLE,
 //!             };
