@@ -1,9 +1,12 @@
-//! loopguard's exporter side by side with client_golang's promhttp on the same registry.
+//! loopguard's exporter side by side with client_golang's promhttp and with
+//! metrics-exporter-prometheus's own (tokio) listener, on the same registry.
 //!
 //! ```text
 //! (cd demos/go/promhttp_exporter && GO111MODULE=off GOPATH=/usr/share/gocode \
 //!     go build -o ../../../target/go/promhttp_exporter .)
+//! cargo build --release -p loopguard-peer-mep-listener
 //! cargo run --release --example promhttp_side_by_side -- --go-bin target/go/promhttp_exporter
+//!     [--mep-bin target/release/loopguard-peer-mep-listener] [--runs 1]
 //!     [--series 100000] [--workers 2] [--worker-nice 10] [--worker-class idle] [--scrapes 64] [--rate 40] [--secs 5]
 //!     [--json]
 //! ```
@@ -18,8 +21,15 @@
 //! (five, the median), a burst of `--scrapes` concurrent scrapes, then `--rate` scrapes/s
 //! for `--secs` s; `/healthz` probed every 10 ms meanwhile. Reported: served, refused (a
 //! 503 sent at once: loopguard's with `Retry-After`, promhttp's "Limit of concurrent
-//! requests reached") and their p99s, `/healthz` p99, peak RSS, answers that were neither,
-//! and loopguard/promhttp ratios.
+//! requests reached") and their p99s, `/healthz` p99, peak RSS, the server's CPU per
+//! served scrape, answers that were neither, and loopguard/promhttp ratios.
+//!
+//! With `--mep-bin`, a third server: metrics-exporter-prometheus's `with_http_listener`
+//! (`peers/mep_listener`, a workspace member of its own so that its tokio features never
+//! reach the crates' builds) on the same series. It renders on tokio's blocking pool for
+//! every request, without a limit, so it refuses nothing; its `/health` is probed instead of
+//! `/healthz`. `--runs N` repeats every load N times (fresh processes each time) and adds
+//! the medians of the runs and the goals' ratios on them.
 
 use std::io;
 use std::path::PathBuf;
@@ -28,14 +38,17 @@ use std::time::Duration;
 use loopguard_demos::cli;
 use loopguard_demos::server::{Config, DEFAULT_WORKER_NICE, DEFAULT_WORKER_SCHED_IDLE, Mode};
 use loopguard_demos::storm::{
-    Load, Priority, Run, child_args, drive, quantile, serve_child, spawn_child, spawn_server,
+    Load, Priority, Run, child_args, drive_probing, quantile, serve_child, spawn_child,
+    spawn_server,
 };
 
-const USAGE: &str = "promhttp_side_by_side --go-bin PATH [--series 100000] [--workers 2] \
-[--worker-nice 10] [--worker-class idle] [--scrapes 64] [--rate 40] [--secs 5] [--json]";
+const USAGE: &str = "promhttp_side_by_side --go-bin PATH [--mep-bin PATH] [--runs 1] [--series 100000] \
+[--workers 2] [--worker-nice 10] [--worker-class idle] [--scrapes 64] [--rate 40] [--secs 5] [--json]";
 
 struct Options {
     go_bin: Option<PathBuf>,
+    mep_bin: Option<PathBuf>,
+    runs: usize,
     series: usize,
     workers: usize,
     nice: u8,
@@ -50,6 +63,8 @@ struct Options {
 fn parse(mut args: cli::Args) -> Result<Options, String> {
     let mut o = Options {
         go_bin: None,
+        mep_bin: None,
+        runs: 1,
         series: 100_000,
         workers: 2,
         nice: DEFAULT_WORKER_NICE,
@@ -64,6 +79,8 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
         let (flag, inline) = flag?;
         match flag.as_str() {
             "--go-bin" => o.go_bin = Some(args.value::<String>(&flag, inline)?.into()),
+            "--mep-bin" => o.mep_bin = Some(args.value::<String>(&flag, inline)?.into()),
+            "--runs" => o.runs = args.value(&flag, inline)?,
             "--series" => o.series = args.value(&flag, inline)?,
             "--workers" => o.workers = args.value(&flag, inline)?,
             "--worker-nice" => o.nice = args.value(&flag, inline)?,
@@ -95,7 +112,13 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
     if o.go_bin.is_none() && !o.serve {
         return Err("--go-bin is required".into());
     }
-    if o.nice > 19 || o.workers == 0 || o.scrapes == 0 || o.rate == 0 || o.series == 0 {
+    if o.nice > 19
+        || o.workers == 0
+        || o.scrapes == 0
+        || o.rate == 0
+        || o.series == 0
+        || o.runs == 0
+    {
         return Err("--worker-nice 0 to 19; the others above zero".into());
     }
     Ok(o)
@@ -106,6 +129,7 @@ fn parse(mut args: cli::Args) -> Result<Options, String> {
 enum Server {
     Loopguard,
     Promhttp,
+    TokioListener,
 }
 
 impl Server {
@@ -113,6 +137,15 @@ impl Server {
         match self {
             Server::Loopguard => "loopguard",
             Server::Promhttp => "promhttp",
+            Server::TokioListener => "tokio_listener",
+        }
+    }
+
+    /// The path it answers without rendering.
+    fn health(self) -> &'static str {
+        match self {
+            Server::TokioListener => "/health",
+            _ => "/healthz",
         }
     }
 }
@@ -133,11 +166,15 @@ fn run_once(o: &Options, server: Server, load: Load) -> io::Result<Run> {
         ))?,
         Server::Promhttp => {
             let go = o.go_bin.as_deref().expect("checked by parse");
-            let args = [format!("--series={}", o.series)];
-            spawn_server(go, &args)?
+            spawn_server(go, &[format!("--series={}", o.series)])?
+        }
+        Server::TokioListener => {
+            let mep = o.mep_bin.as_deref().expect("listed only with --mep-bin");
+            spawn_server(mep, &[format!("--series={}", o.series)])?
         }
     };
-    let mut run = drive(child.addr, load, &[("Accept-Encoding", "gzip")])?;
+    let gzip = [("Accept-Encoding", "gzip")];
+    let mut run = drive_probing(child.addr, load, &gzip, server.health())?;
     child.finish(&mut run)?;
     Ok(run)
 }
@@ -151,6 +188,44 @@ fn one_scrape(o: &Options, server: Server) -> io::Result<f64> {
     }
     times.sort_by(f64::total_cmp);
     Ok(quantile(&times, 0.5))
+}
+
+/// The server's CPU per served scrape, ms (`None` without a CPU figure or a served scrape).
+fn cpu_per_scrape(run: &Run) -> Option<f64> {
+    let served = run.served.len();
+    run.server_cpu_ms
+        .filter(|_| served > 0)
+        .map(|cpu| cpu / served as f64)
+}
+
+/// The figures the goals read, for one load and server: medians over the runs.
+struct Medians {
+    served: f64,
+    served_p99_ms: f64,
+    refused_p99_ms: f64,
+    peak_rss_mib: f64,
+    cpu_ms_per_scrape: Option<f64>,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    quantile(&values, 0.5)
+}
+
+fn medians(runs: &[&Run]) -> Medians {
+    let of = |f: &dyn Fn(&Run) -> f64| median(runs.iter().map(|r| f(r)).collect());
+    let cpu: Vec<f64> = runs.iter().filter_map(|r| cpu_per_scrape(r)).collect();
+    Medians {
+        served: of(&|r| r.served.len() as f64),
+        served_p99_ms: of(&|r| quantile(&r.served, 0.99)),
+        refused_p99_ms: of(&|r| quantile(&r.rejected, 0.99)),
+        peak_rss_mib: of(&|r| r.peak_rss_kib as f64 / 1024.0),
+        cpu_ms_per_scrape: (!cpu.is_empty()).then(|| median(cpu)),
+    }
+}
+
+fn json_number(value: Option<f64>) -> String {
+    value.map_or("null".to_string(), |v| format!("{v:.3}"))
 }
 
 fn main() {
@@ -176,7 +251,7 @@ fn main() {
         return;
     }
     println!(
-        "promhttp side by side: {} series, 2 walks at a time each (loopguard: {} workers, {} class, nice {}; promhttp: MaxRequestsInFlight 2), gzip",
+        "promhttp side by side: {} series, 2 walks at a time each (loopguard: {} workers, {} class, nice {}; promhttp: MaxRequestsInFlight 2){}, gzip, {} run(s)",
         o.series,
         o.workers,
         Priority {
@@ -184,7 +259,13 @@ fn main() {
             nice: o.nice
         }
         .class(),
-        o.nice
+        o.nice,
+        if o.mep_bin.is_some() {
+            "; metrics-exporter-prometheus's tokio listener: unbounded"
+        } else {
+            ""
+        },
+        o.runs
     );
     let loads = [
         Load::Burst(o.scrapes),
@@ -193,9 +274,12 @@ fn main() {
             secs: o.secs,
         },
     ];
-    let servers = [Server::Loopguard, Server::Promhttp];
+    let mut servers = vec![Server::Loopguard, Server::Promhttp];
+    if o.mep_bin.is_some() {
+        servers.push(Server::TokioListener);
+    }
     let mut single = Vec::new();
-    for server in servers {
+    for &server in &servers {
         eprintln!("{}: one scrape at a time...", server.name());
         match one_scrape(&o, server) {
             Ok(ms) => single.push(ms),
@@ -203,12 +287,14 @@ fn main() {
         }
     }
     let mut rows = Vec::new();
-    for load in loads {
-        for server in servers {
-            eprintln!("{}: {}...", server.name(), load.name());
-            match run_once(&o, server, load) {
-                Ok(run) => rows.push((load, server, run)),
-                Err(err) => cli::fail(USAGE, &format!("{}: {err}", server.name())),
+    for round in 1..=o.runs {
+        for load in loads {
+            for &server in &servers {
+                eprintln!("run {round}: {}: {}...", server.name(), load.name());
+                match run_once(&o, server, load) {
+                    Ok(run) => rows.push((round, load, server, run)),
+                    Err(err) => cli::fail(USAGE, &format!("{}: {err}", server.name())),
+                }
             }
         }
     }
@@ -216,14 +302,19 @@ fn main() {
         true => "-".to_string(),
         false => format!("{:.1} ms", quantile(v, 0.99)),
     };
+    let singles: Vec<String> = servers
+        .iter()
+        .zip(&single)
+        .map(|(server, ms)| format!("{} {ms:.1} ms", server.name()))
+        .collect();
     println!(
-        "\none scrape, idle server (median of 5): loopguard {:.1} ms, promhttp {:.1} ms ({:.2}x)",
-        single[0],
-        single[1],
+        "\none scrape, idle server (median of 5): {}; loopguard / promhttp {:.2}x",
+        singles.join(", "),
         single[0] / single[1]
     );
     println!(
-        "{:<9} {:<9} {:>6} {:>7} {:>11} {:>11} {:>11} {:>8} {:>5}",
+        "{:>3} {:<9} {:<14} {:>6} {:>7} {:>11} {:>11} {:>11} {:>8} {:>10} {:>5}",
+        "run",
         "load",
         "server",
         "served",
@@ -232,11 +323,13 @@ fn main() {
         "503 p99",
         "healthz p99",
         "peak RSS",
+        "CPU/scrape",
         "other"
     );
-    for (load, server, run) in &rows {
+    for (round, load, server, run) in &rows {
         println!(
-            "{:<9} {:<9} {:>6} {:>7} {:>11} {:>11} {:>11} {:>4.0} MiB {:>5}",
+            "{:>3} {:<9} {:<14} {:>6} {:>7} {:>11} {:>11} {:>11} {:>4.0} MiB {:>10} {:>5}",
+            round,
             load.name(),
             server.name(),
             run.served.len(),
@@ -245,37 +338,53 @@ fn main() {
             ms(&run.rejected),
             ms(&run.healthz),
             run.peak_rss_kib as f64 / 1024.0,
+            cpu_per_scrape(run).map_or("-".to_string(), |c| format!("{c:.1} ms")),
             run.other
         );
     }
-    let find = |load: &str, server: Server| {
-        rows.iter()
-            .find(|(l, s, _)| l.name() == load && *s == server)
-            .map(|(_, _, r)| r)
-            .expect("every run")
+    let summary = |load: &str, server: Server| {
+        let runs: Vec<&Run> = rows
+            .iter()
+            .filter(|(_, l, s, _)| l.name() == load && *s == server)
+            .map(|(_, _, _, r)| r)
+            .collect();
+        medians(&runs)
     };
     let (lb, gb) = (
-        find("burst", Server::Loopguard),
-        find("burst", Server::Promhttp),
+        summary("burst", Server::Loopguard),
+        summary("burst", Server::Promhttp),
     );
     let (ls, gs) = (
-        find("sustained", Server::Loopguard),
-        find("sustained", Server::Promhttp),
+        summary("sustained", Server::Loopguard),
+        summary("sustained", Server::Promhttp),
     );
+    let refused_ratio = lb.refused_p99_ms / gb.refused_p99_ms.max(1e-9);
+    let served_ratio = ls.served / gs.served.max(1.0);
     println!(
-        "loopguard / promhttp: burst 503 p99 {:.2}x, sustained served {:.2}x ({} against {}), peak RSS {:.2}x",
-        quantile(&lb.rejected, 0.99) / quantile(&gb.rejected, 0.99).max(1e-9),
-        ls.served.len() as f64 / gs.served.len().max(1) as f64,
-        ls.served.len(),
-        gs.served.len(),
-        ls.peak_rss_kib as f64 / gs.peak_rss_kib.max(1) as f64,
+        "loopguard / promhttp (medians of {} run(s)): burst 503 p99 {refused_ratio:.2}x (goal at most 0.5x), sustained served {served_ratio:.2}x ({} against {}; goal at least 1.5x), peak RSS {:.2}x",
+        o.runs,
+        ls.served,
+        gs.served,
+        ls.peak_rss_mib / gs.peak_rss_mib.max(1e-9),
     );
+    let tokio = servers
+        .contains(&Server::TokioListener)
+        .then(|| summary("burst", Server::TokioListener));
+    let tokio_ratio = tokio
+        .as_ref()
+        .map(|t| t.served_p99_ms / lb.served_p99_ms.max(1e-9));
+    if let (Some(t), Some(ratio)) = (&tokio, tokio_ratio) {
+        println!(
+            "tokio listener / loopguard: burst served p99 {ratio:.1}x ({:.0} ms against {:.0} ms; goal at least 10x), burst peak RSS {:.0} MiB against {:.0} MiB",
+            t.served_p99_ms, lb.served_p99_ms, t.peak_rss_mib, lb.peak_rss_mib
+        );
+    }
     if o.json {
         let objects: Vec<String> = rows
             .iter()
-            .map(|(load, server, run)| {
+            .map(|(round, load, server, run)| {
                 format!(
-                    "{{\"load\":\"{}\",\"server\":\"{}\",\"served\":{},\"refused\":{},\"served_p99_ms\":{:.3},\"refused_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{}}}",
+                    "{{\"run\":{round},\"load\":\"{}\",\"server\":\"{}\",\"served\":{},\"refused\":{},\"served_p99_ms\":{:.3},\"refused_p99_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"cpu_ms_per_scrape\":{},\"other\":{}}}",
                     load.name(),
                     server.name(),
                     run.served.len(),
@@ -284,15 +393,38 @@ fn main() {
                     quantile(&run.rejected, 0.99),
                     quantile(&run.healthz, 0.99).min(1e12),
                     run.peak_rss_kib as f64 / 1024.0,
+                    json_number(cpu_per_scrape(run)),
                     run.other
                 )
             })
             .collect();
+        let mut medians_json = Vec::new();
+        for load in loads {
+            for &server in &servers {
+                let m = summary(load.name(), server);
+                medians_json.push(format!(
+                    "{{\"load\":\"{}\",\"server\":\"{}\",\"served\":{:.1},\"served_p99_ms\":{:.3},\"refused_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"cpu_ms_per_scrape\":{}}}",
+                    load.name(),
+                    server.name(),
+                    m.served,
+                    m.served_p99_ms,
+                    m.refused_p99_ms,
+                    m.peak_rss_mib,
+                    json_number(m.cpu_ms_per_scrape)
+                ));
+            }
+        }
+        let singles: Vec<String> = servers
+            .iter()
+            .zip(&single)
+            .map(|(server, ms)| format!("\"{}\":{ms:.3}", server.name()))
+            .collect();
         println!(
-            "{{\"one_scrape_ms\":{{\"loopguard\":{:.3},\"promhttp\":{:.3}}},\"runs\":[{}]}}",
-            single[0],
-            single[1],
-            objects.join(",")
+            "{{\"one_scrape_ms\":{{{}}},\"runs\":[{}],\"medians\":[{}],\"goals\":{{\"refused_p99_vs_promhttp\":{refused_ratio:.3},\"sustained_served_vs_promhttp\":{served_ratio:.3},\"tokio_burst_served_p99_vs_loopguard\":{}}}}}",
+            singles.join(","),
+            objects.join(","),
+            medians_json.join(","),
+            json_number(tokio_ratio)
         );
     }
 }

@@ -77,6 +77,9 @@ pub struct Run {
     /// The server's loop lag, p99 and max, ms, from its own probe over the run (the
     /// exporter's default `LoopLag`); `None` for a server without one (the Go reference).
     pub loop_lag_ms: Option<(f64, f64)>,
+    /// CPU time the server's process spent (user and system, all its threads) from the end
+    /// of its start to the end of the load, ms; `None` where `/proc` does not say.
+    pub server_cpu_ms: Option<f64>,
 }
 
 /// The `q` quantile (nearest rank) of sorted values; 0.0 when empty.
@@ -129,6 +132,22 @@ pub struct ChildServer {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Its CPU time when it said where it listens (its registry built), ms.
+    cpu_at_start: Option<f64>,
+}
+
+/// The CPU time (user and system, every thread) process `pid` has spent, ms: fields 14 and
+/// 15 of `/proc/PID/stat`, in clock ticks.
+pub fn process_cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from the `)` that ends it.
+    let rest: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let ticks = |field: usize| rest.get(field - 3)?.parse::<u64>().ok();
+    let per_second = rustix::param::clock_ticks_per_second() as f64;
+    Some((ticks(14)? + ticks(15)?) as f64 * 1e3 / per_second)
 }
 
 /// Starts this executable with `args` (which must make it call [`serve_child`]) and
@@ -155,12 +174,21 @@ pub fn spawn_server(program: &std::path::Path, args: &[String]) -> io::Result<Ch
         .strip_prefix("listening on http://")
         .and_then(|a| a.parse().ok())
         .ok_or_else(|| io::Error::other(format!("server said {line:?}")))?;
-    Ok(ChildServer { child, addr })
+    let cpu_at_start = process_cpu_ms(child.id());
+    Ok(ChildServer {
+        child,
+        addr,
+        cpu_at_start,
+    })
 }
 
 impl ChildServer {
-    /// Stops the server and reads its walks and peak RSS into `run`.
+    /// Stops the server and reads its CPU time, walks and peak RSS into `run` (walks 0 for
+    /// a server that does not count them).
     pub fn finish(mut self, run: &mut Run) -> io::Result<()> {
+        run.server_cpu_ms = process_cpu_ms(self.child.id())
+            .zip(self.cpu_at_start)
+            .map(|(end, start)| end - start);
         drop(self.child.stdin.take());
         let mut out = String::new();
         if let Some(mut stdout) = self.child.stdout.take() {
@@ -174,8 +202,8 @@ impl ChildServer {
         };
         let number = |key: &str| field(key)?.parse::<u64>().ok();
         let real = |key: &str| field(key)?.parse::<f64>().ok();
-        run.walks = number("walks").ok_or_else(|| io::Error::other(out.clone()))?;
-        run.peak_rss_kib = number("peak_rss_kib").unwrap_or(0);
+        run.peak_rss_kib = number("peak_rss_kib").ok_or_else(|| io::Error::other(out.clone()))?;
+        run.walks = number("walks").unwrap_or(0);
         run.loop_lag_ms = real("loop_lag_p99_ms").zip(real("loop_lag_max_ms"));
         Ok(())
     }
@@ -193,6 +221,17 @@ impl Drop for ChildServer {
 
 /// Runs `load` against `addr` with `headers` on every scrape, probing `/healthz` meanwhile.
 pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Result<Run> {
+    drive_probing(addr, load, headers, "/healthz")
+}
+
+/// [`drive`], probing `health` (a path the server answers without rendering: `/health`
+/// for metrics-exporter-prometheus's own listener) instead of `/healthz`.
+pub fn drive_probing(
+    addr: SocketAddr,
+    load: Load,
+    headers: &[(&str, &str)],
+    health: &'static str,
+) -> io::Result<Run> {
     let ex = Rc::new(LocalExecutor::new());
     let request = client::get_request("/metrics", headers);
     let _stamps = client::keep_timestamps()?;
@@ -209,7 +248,7 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
                     // A connection is established before the server accepts it: one
                     // round trip on a connection opened after them all, which the server
                     // accepts after them, shows that it holds them all.
-                    client::get(addr, "/healthz", &[]).await?;
+                    client::get(addr, health, &[]).await?;
                     for stream in streams {
                         let request = request.clone();
                         tasks.push(ex.spawn(async move {
@@ -249,7 +288,7 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
             let done = done.clone();
             std::thread::Builder::new()
                 .name("storm-prober".into())
-                .spawn(move || probe_healthz(addr, &done))?
+                .spawn(move || probe_healthz(addr, health, &done))?
         };
         let results = scrapes.await;
         done.store(true, Ordering::SeqCst);
@@ -303,14 +342,14 @@ pub fn drive(addr: SocketAddr, load: Load, headers: &[(&str, &str)]) -> io::Resu
     }))
 }
 
-/// Sends `GET /healthz` on a fresh connection every 10 ms until `done`; the latencies, ms
+/// Sends `GET health` on a fresh connection every 10 ms until `done`; the latencies, ms
 /// (a failed probe counts as never answered).
-fn probe_healthz(addr: SocketAddr, done: &AtomicBool) -> Vec<f64> {
+fn probe_healthz(addr: SocketAddr, health: &str, done: &AtomicBool) -> Vec<f64> {
     smol::block_on(async {
         let mut healthz = Vec::new();
         while !done.load(Ordering::SeqCst) {
             let began = Instant::now();
-            let ok = matches!(client::get(addr, "/healthz", &[]).await, Ok(r) if r.status == 200);
+            let ok = matches!(client::get(addr, health, &[]).await, Ok(r) if r.status == 200);
             let took = if ok { began.elapsed() } else { Duration::MAX };
             healthz.push(took.as_secs_f64() * 1e3);
             smol::Timer::after(Duration::from_millis(10)).await;

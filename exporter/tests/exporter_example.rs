@@ -53,24 +53,15 @@ impl Exporter {
     }
 
     fn start_as_shipped(args: &[&str]) -> Exporter {
-        let mut child = Command::new(Exporter::binary())
+        let mut command = Command::new(Exporter::binary());
+        command
             .args(["--listen", "127.0.0.1:0", "--cardinality-interval-ms", "0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the exporter starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Exporter { child, addr }
+            .args(args);
+        let (child, addrs) = spawn(command, 1);
+        Exporter {
+            child,
+            addr: addrs[0],
+        }
     }
 
     fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
@@ -85,6 +76,29 @@ impl Exporter {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Starts `command` (the example, however it is wrapped) and reads its first `listeners`
+/// lines, each `listening on http://ADDR`.
+fn spawn(mut command: Command, listeners: usize) -> (Child, Vec<SocketAddr>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the exporter starts");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let addrs = (0..listeners)
+        .map(|_| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix("listening on http://")
+                .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    (child, addrs)
 }
 
 impl Drop for Exporter {
@@ -629,4 +643,109 @@ fn a_sequential_scraper_is_never_refused_with_the_shipped_defaults() {
             "{workers} worker(s): {refused} of 300 scrapes refused"
         );
     }
+}
+
+#[test]
+fn every_listen_address_is_served_by_one_pool_with_a_line_each() {
+    // `--listen` first (as the harness passes it), then two `--web.listen-address`.
+    let mut command = Command::new(Exporter::binary());
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--web.listen-address=127.0.0.1:0",
+        "--workers",
+        "1",
+        "--series",
+        "10",
+        "--cardinality-interval-ms",
+        "0",
+    ]);
+    let (child, addrs) = spawn(command, 3);
+    let exporter = Exporter {
+        child,
+        addr: addrs[0],
+    };
+    assert_eq!(addrs.iter().collect::<BTreeSet<_>>().len(), 3, "{addrs:?}");
+    for addr in &addrs {
+        let answer = get(*addr, "/metrics", &[]);
+        assert_eq!(answer.status, 200, "{addr}");
+        // One pool behind every listener: one worker, one capacity series.
+        assert!(
+            answer
+                .text()
+                .contains("loopguard_pool_capacity{pool=\"registry-serve\"} 1"),
+            "{addr}"
+        );
+    }
+    drop(exporter);
+}
+
+#[test]
+fn the_listen_flags_and_systemd_s_sockets_are_refused_together_or_missing() {
+    let refused = Command::new(Exporter::binary())
+        .args([
+            "--web.systemd-socket",
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("drop --listen and --web.listen-address"),
+        "{said}"
+    );
+    // Asked for systemd's sockets, given none: a clear error, not a default port.
+    let none = Command::new(Exporter::binary())
+        .arg("--web.systemd-socket")
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        said.contains("systemd passed no socket (LISTEN_FDS)"),
+        "{said}"
+    );
+}
+
+/// Socket activation for real: Debian's `systemd-socket-activate` listens and passes the
+/// socket (`LISTEN_FDS`, `LISTEN_PID`) to the example it starts.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_sockets_systemd_passes_are_served() {
+    let tool = "systemd-socket-activate";
+    if Command::new(tool).arg("--version").output().is_err() {
+        // `.ci/run` installs systemd and sets LOOPGUARD_REQUIRE_TOOLS: there it must run.
+        assert!(
+            std::env::var_os("LOOPGUARD_REQUIRE_TOOLS").is_none(),
+            "{tool} is required here"
+        );
+        eprintln!("skipped: no {tool}");
+        return;
+    }
+    // A free port: the tool binds what it is told, and says nothing of port 0.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = Command::new(tool);
+    command
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg(Exporter::binary())
+        .args(["--web.systemd-socket", "--series", "10"])
+        .args(["--cardinality-interval-ms", "0"]);
+    let (child, addrs) = spawn(command, 1);
+    let exporter = Exporter {
+        child,
+        addr: addrs[0],
+    };
+    assert_eq!(exporter.addr, SocketAddr::from(([127, 0, 0, 1], port)));
+    assert_eq!(exporter.get("/metrics", &[]).status, 200);
+    assert_eq!(exporter.get("/healthz", &[]).text(), "ok\n");
 }

@@ -3,13 +3,18 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--workers 2] [--worker-nice 10] [--worker-class idle] \
+pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--web.listen-address ADDR]... [--web.systemd-socket] \
+[--workers 2] [--worker-nice 10] [--worker-class idle] \
 [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 
 /// Everything the exporter can be told.
 pub struct Config {
-    pub listen: SocketAddr,
+    /// The addresses to listen on, in order: `--listen` (default 127.0.0.1:9898, unless
+    /// only `--web.listen-address` flags are given), then each `--web.listen-address`.
+    pub listen: Vec<SocketAddr>,
+    /// `--web.systemd-socket`: serve the sockets systemd passed (`LISTEN_FDS`) instead.
+    pub systemd_socket: bool,
     pub workers: usize,
     /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.
     pub worker_nice: u8,
@@ -33,8 +38,10 @@ pub struct Config {
 /// Parses `--flag value` and `--flag=value` arguments; an error says what was wrong.
 pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
     let ms = Duration::from_millis;
+    let mut listen = None;
     let mut c = Config {
-        listen: ([127, 0, 0, 1], 9898).into(),
+        listen: Vec::new(),
+        systemd_socket: false,
         workers: 2,
         worker_nice: 10,
         worker_sched_idle: true,
@@ -47,6 +54,11 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         cardinality_interval: ms(30_000),
     };
     while let Some(arg) = args.next() {
+        // exporter-toolkit's one flag without a value.
+        if arg == "--web.systemd-socket" {
+            c.systemd_socket = true;
+            continue;
+        }
         let (flag, value) = match arg.split_once('=') {
             Some((flag, value)) => (flag.to_string(), Some(value.to_string())),
             None => (arg, args.next()),
@@ -56,7 +68,8 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let number = || value.parse::<u32>().map_err(|e| bad(&e));
         let millis = || number().map(|n| ms(n.into()));
         match flag.as_str() {
-            "--listen" => c.listen = value.parse().map_err(|e| bad(&e))?,
+            "--listen" => listen = Some(value.parse().map_err(|e| bad(&e))?),
+            "--web.listen-address" => c.listen.push(value.parse().map_err(|e| bad(&e))?),
             "--workers" => c.workers = number()? as usize,
             "--worker-nice" => match number()? {
                 n @ 0..=19 => c.worker_nice = n as u8,
@@ -76,6 +89,16 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
             "--cardinality-interval-ms" => c.cardinality_interval = millis()?,
             _ => return Err(format!("unknown flag `{flag}`")),
         }
+    }
+    let addresses = listen.is_some() || !c.listen.is_empty();
+    if c.systemd_socket && addresses {
+        return Err("--web.systemd-socket serves the sockets systemd passes: \
+                    drop --listen and --web.listen-address"
+            .into());
+    }
+    if !c.systemd_socket && (listen.is_some() || c.listen.is_empty()) {
+        c.listen
+            .insert(0, listen.unwrap_or(([127, 0, 0, 1], 9898).into()));
     }
     let max = loopguard::pool::MAX_WORKERS;
     if !(1..=max).contains(&c.workers) {

@@ -1,7 +1,8 @@
 //! A Prometheus exporter on smol that survives scrape storms and connection floods.
 //!
 //! ```text
-//! cargo run --release --example registry_exporter -- [--listen 127.0.0.1:9898] [--workers 2]
+//! cargo run --release --example registry_exporter -- [--listen 127.0.0.1:9898]
+//!     [--web.listen-address ADDR]... [--web.systemd-socket] [--workers 2]
 //!     [--worker-nice 10] [--worker-class idle] [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000]
 //!     [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000]
 //!     [--cardinality-interval-ms 30000]
@@ -9,9 +10,11 @@
 //!
 //! `loopguard_exporter` serves (`/metrics` on the pool, 503 + `Retry-After` when no slot is
 //! free, 504 past the budget, `/healthz`, `/` the pool's stats); `cli.rs` parses the flags;
-//! `registry.rs` holds the synthetic registry and the cardinality walk, which waits its turn.
+//! `listeners.rs` binds them (or takes systemd's sockets); `registry.rs` holds the synthetic
+//! registry and the cardinality walk, which waits its turn.
 
 mod cli;
+mod listeners;
 mod registry;
 
 use std::io;
@@ -55,10 +58,7 @@ async fn run(config: cli::Config) -> io::Result<()> {
         exporter = exporter.coalesce(config.cache_ttl); // one walk per TTL, shared
     }
     let exporter = exporter.build()?;
-    let listener = std::net::TcpListener::bind(config.listen)?;
-    let addr = listener.local_addr()?;
-    let serving = exporter.serve(listener); // the listen backlog is raised here
-    println!("listening on http://{addr}");
+    let serving = listeners::serve(&exporter, &config)?; // one `listening on` line each
     let mut signals = Signals::new([Signal::Int, Signal::Term])?;
     let signalled = async {
         signals.next().await;
