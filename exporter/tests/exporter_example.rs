@@ -740,12 +740,28 @@ fn the_sockets_systemd_passes_are_served() {
         .arg(Exporter::binary())
         .args(["--web.systemd-socket", "--series", "10"])
         .args(["--cardinality-interval-ms", "0"]);
-    let (child, addrs) = spawn(command, 1);
-    let exporter = Exporter {
-        child,
-        addr: addrs[0],
+    // The tool starts the program at the first connection: make one once it listens.
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tool starts");
+    let began = Instant::now();
+    let first = loop {
+        match TcpStream::connect(addr) {
+            Ok(stream) => break stream,
+            Err(_) if began.elapsed() < PATIENCE => std::thread::yield_now(),
+            Err(err) => panic!("{tool} never listened on {addr}: {err}"),
+        }
     };
-    assert_eq!(exporter.addr, SocketAddr::from(([127, 0, 0, 1], port)));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let exporter = Exporter { child, addr };
+    drop(first);
+    assert_eq!(line.trim(), format!("listening on http://{addr}"));
     assert_eq!(exporter.get("/metrics", &[]).status, 200);
     assert_eq!(exporter.get("/healthz", &[]).text(), "ok\n");
 }
