@@ -247,8 +247,9 @@ impl Classify for RunError {
 }
 
 /// The [`Spent`]'s outcome when the deadline passed, [`Outcome::Error`] otherwise: a
-/// refusal (`Saturated`, with its `Retry-After`) is an error of this operation.
-impl<W> Classify for WithinError<W> {
+/// refusal (`Saturated`, with its `Retry-After`) is an error of this operation, and so is a
+/// [`Fallible`](crate::Fallible) job's own `Err` ([`WithinError::Failed`]).
+impl<W, E> Classify for WithinError<W, E> {
     fn outcome(&self) -> Outcome {
         match self {
             WithinError::Expired(spent) => spent.outcome(),

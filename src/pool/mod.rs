@@ -197,9 +197,11 @@ impl Pool {
     ///   on, orphaned, keeps its slot until its thread is done, and a failure of it is
     ///   reported to the orphan handler, once.
     /// - An output delivered after the deadline is refused the same way.
+    /// - In time, a plain job's output is the value; a [`Fallible`](crate::Fallible) job
+    ///   resolves flat, to its `Ok` value or its own `Err` in [`WithinError::Failed`].
     ///
     /// An exporter's whole scrape is then one `match`, with a refusal (503 and
-    /// `Retry-After`) told apart from a spent budget.
+    /// `Retry-After`) told apart from a spent budget and from a failed walk.
     ///
     /// # Cancel safety
     ///
