@@ -44,7 +44,7 @@
 //! use loopguard::operation::Operation;
 //!
 //! # futures_lite::future::block_on(async {
-//! let catalog = Operation::new("catalog");
+//! let catalog = Operation::new("catalog").unwrap();
 //! let deadline = Deadline::after(Duration::from_secs(1));
 //!
 //! // The clock starts here, before the (elided) semaphore and pool waits.
@@ -294,9 +294,10 @@ impl Classify for io::Error {
 /// ```
 /// use loopguard::operation::Operation;
 ///
-/// let op = Operation::new("catalog");
+/// let op = Operation::new("catalog")?;
 /// assert_eq!(op.name(), "catalog");
 /// assert_eq!(op.clone().name(), "catalog");
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Operation {
@@ -325,16 +326,25 @@ impl Operation {
     /// second `Operation` with the same name while calls are in flight does not clobber
     /// it. Keep `name` to a fixed set (a dependency, an endpoint), never a URL or an ID.
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for a name that is empty or has a NUL byte; nothing
+    /// is registered then.
+    ///
     /// # Examples
     ///
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// let op = Operation::new(format!("catalog-{}", "eu"));
+    /// let op = Operation::new(format!("catalog-{}", "eu"))?;
     /// assert_eq!(op.name(), "catalog-eu");
+    /// let err = Operation::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "an operation name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: impl Into<SharedString>) -> Operation {
+    pub fn new(name: impl Into<SharedString>) -> io::Result<Operation> {
         let name: SharedString = name.into();
+        crate::name::check("an operation", &name)?;
         let histogram = |outcome: Outcome| {
             emit::register(
                 || {
@@ -352,13 +362,13 @@ impl Operation {
             Gauge::noop,
         );
         contain(RECORDER, || in_flight.increment(0.0));
-        Operation {
+        Ok(Operation {
             inner: Arc::new(Handles {
                 durations: Outcome::ALL.map(histogram),
                 in_flight,
                 name,
             }),
-        }
+        })
     }
 
     /// The operation's name (its `operation` label).
@@ -368,7 +378,8 @@ impl Operation {
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// assert_eq!(Operation::new("search").name(), "search");
+    /// assert_eq!(Operation::new("search")?.name(), "search");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -385,7 +396,7 @@ impl Operation {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let op = Operation::new("report");
+    /// let op = Operation::new("report").unwrap();
     /// let guard = op.start();
     /// // ... blocking steps, each checking a deadline ...
     /// let took = guard.finish(Outcome::Success);
@@ -415,7 +426,7 @@ impl Operation {
     /// use loopguard::operation::Operation;
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("stuck");
+    /// let op = Operation::new("stuck").unwrap();
     /// let deadline = Deadline::after(Duration::from_millis(5));
     /// let out = op.measure(deadline.run(futures_lite::future::pending::<()>())).await;
     /// assert_eq!(out, Err(Expired)); // recorded as `deadline`
@@ -439,7 +450,7 @@ impl Operation {
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("lookup");
+    /// let op = Operation::new("lookup").unwrap();
     /// let found = op
     ///     .measure_with(async { Some(7) }, |out: &Option<u32>| match out {
     ///         Some(_) => Outcome::Success,
@@ -473,7 +484,7 @@ impl Operation {
 /// ```
 /// use loopguard::operation::{Operation, Outcome};
 ///
-/// let op = Operation::new("walk");
+/// let op = Operation::new("walk").unwrap();
 /// let guard = op.start();
 /// assert!(guard.elapsed().as_secs() < 60);
 /// drop(guard); // recorded as `cancelled`
@@ -491,7 +502,7 @@ impl Guard {
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// let guard = Operation::new("x").start();
+    /// let guard = Operation::new("x").unwrap().start();
     /// assert!(guard.elapsed() <= guard.elapsed());
     /// # guard.finish(loopguard::operation::Outcome::Success);
     /// ```
@@ -506,7 +517,7 @@ impl Guard {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let took = Operation::new("x").start().finish(Outcome::Error);
+    /// let took = Operation::new("x").unwrap().start().finish(Outcome::Error);
     /// assert!(took.as_secs() < 60);
     /// ```
     pub fn finish(mut self, outcome: Outcome) -> std::time::Duration {
@@ -567,7 +578,7 @@ pin_project_lite::pin_project! {
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("ping");
+    /// let op = Operation::new("ping").unwrap();
     /// let fut: Measure<_, _> = op.measure(async { Outcome::Success });
     /// println!("{fut:?}");
     /// assert_eq!(fut.await, Outcome::Success);

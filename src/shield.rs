@@ -85,7 +85,7 @@ mod sealed {
 /// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::new("flush");
+/// let shield = Shield::new("flush").unwrap();
 /// let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("disk full") }));
 /// drop(handle); // nobody waits: the `Err` is reported
 /// runner.await;
@@ -156,7 +156,7 @@ where
 /// ```
 /// # futures_lite::future::block_on(async {
 /// let ex = async_executor::Executor::new();
-/// let shield = loopguard::shield::Shield::new("flush");
+/// let shield = loopguard::shield::Shield::new("flush").unwrap();
 /// // `.detach()` returns `()`: the task runs on without its handle.
 /// let handle = shield.spawn(async { 2 }, |runner| ex.spawn(runner).detach());
 /// assert_eq!(ex.run(handle).await, Ok(2));
@@ -184,7 +184,7 @@ impl Detached for () {}
 /// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::with_handler("flush", OrphanHandler::new(|r| eprintln!("{r}")));
+/// let shield = Shield::with_handler("flush", OrphanHandler::new(|r| eprintln!("{r}")))?;
 /// let (runner, handle) = shield.wrap(async { Ok::<u32, String>(7) });
 /// // With smol: `smol::spawn(runner).detach();`
 /// # let ex = async_executor::Executor::new();
@@ -244,15 +244,24 @@ impl Tracker {
 }
 
 impl Shield {
-    /// A shield named `name` whose orphaned failures go to [`OrphanHandler::log()`].
+    /// A shield named `name` (its series' `shield` label) whose orphaned failures go to
+    /// [`OrphanHandler::log()`].
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`](std::io::ErrorKind::InvalidInput) for a name that is
+    /// empty or has a NUL byte.
     ///
     /// # Examples
     ///
     /// ```
-    /// let shield = loopguard::shield::Shield::new("uploads");
+    /// let shield = loopguard::shield::Shield::new("uploads")?;
     /// assert_eq!(shield.name(), "uploads");
+    /// let err = loopguard::shield::Shield::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "a shield name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: &str) -> Shield {
+    pub fn new(name: &str) -> std::io::Result<Shield> {
         Shield::with_handler(name, OrphanHandler::log())
     }
 
@@ -268,18 +277,24 @@ impl Shield {
     /// use loopguard::shield::Shield;
     ///
     /// let (handler, _reports) = OrphanHandler::channel(16);
-    /// let shield = Shield::with_handler("uploads", handler);
+    /// let shield = Shield::with_handler("uploads", handler)?;
     /// assert_eq!(shield.orphaned_failures(), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
-        Shield {
+    ///
+    /// # Errors
+    ///
+    /// As for [`new`](Shield::new).
+    pub fn with_handler(name: &str, handler: OrphanHandler) -> std::io::Result<Shield> {
+        crate::name::check("a shield", name)?;
+        Ok(Shield {
             reporter: Arc::new(Reporter::new(
                 crate::emit::LABEL_SHIELD,
                 Arc::from(name),
                 handler,
             )),
             work: Arc::default(),
-        }
+        })
     }
 
     /// Splits `work` into a [`Runner`] to spawn and a [`Shielded`] handle to await or
@@ -294,7 +309,7 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("ping");
+    /// let shield = loopguard::shield::Shield::new("ping").unwrap();
     /// let (runner, handle) = shield.wrap(async { 1 + 1 });
     /// runner.await; // normally spawned and detached
     /// assert_eq!(handle.await, Ok(2));
@@ -335,7 +350,7 @@ impl Shield {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let shield = loopguard::shield::Shield::new("flush").unwrap();
     /// let rows = std::rc::Rc::new(vec![1, 2, 3]); // `!Send` work is fine on a LocalExecutor
     /// let handle = shield.spawn(async move { rows.len() }, |runner| ex.spawn(runner).detach());
     /// assert_eq!(ex.run(handle).await, Ok(3));
@@ -357,7 +372,7 @@ impl Shield {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::shield::Shield::new("a").name(), "a");
+    /// assert_eq!(loopguard::shield::Shield::new("a").unwrap().name(), "a");
     /// ```
     pub fn name(&self) -> &str {
         self.reporter.origin()
@@ -369,7 +384,7 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("quiet");
+    /// let shield = loopguard::shield::Shield::new("quiet").unwrap();
     /// let (runner, handle) = shield.wrap(async { panic!("lost") });
     /// drop(handle);
     /// runner.await;
@@ -388,7 +403,7 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let shield = loopguard::shield::Shield::new("flush").unwrap();
     /// let (runner, handle) = shield.wrap(async { 1 });
     /// assert_eq!(shield.in_flight(), 1);
     /// runner.await;
@@ -427,7 +442,7 @@ impl Shield {
     ///
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::Executor::new();
-    /// let shield = Shield::new("uploads");
+    /// let shield = Shield::new("uploads").unwrap();
     /// for _ in 0..3 {
     ///     // Orphaned at once: nobody awaits these.
     ///     drop(shield.spawn(Fallible(async { Err::<(), _>("refused") }), |runner| {
@@ -481,7 +496,7 @@ type IdleCheck<'a> = Box<dyn Fn() -> bool + Send + Sync + 'a>;
 /// use loopguard::shield::{Shield, ShieldWaitIdle};
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::new("idle");
+/// let shield = Shield::new("idle").unwrap();
 /// let idle: ShieldWaitIdle<'_> = shield.wait_idle();
 /// assert_eq!(format!("{idle:?}"), "ShieldWaitIdle { in_flight: 0 }");
 /// idle.await; // nothing in flight: at once
@@ -564,7 +579,7 @@ pin_project_lite::pin_project! {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("local");
+    /// let shield = loopguard::shield::Shield::new("local").unwrap();
     /// let rc = std::rc::Rc::new(5); // `!Send` state is fine on a LocalExecutor
     /// let (runner, handle) = shield.wrap(async move { *rc * 2 });
     /// ex.spawn(runner).detach();
@@ -637,7 +652,7 @@ impl<F: Future> fmt::Debug for Runner<F> {
 ///     panic!("walk failed")
 /// }
 ///
-/// let shield = loopguard::shield::Shield::new("walk");
+/// let shield = loopguard::shield::Shield::new("walk").unwrap();
 /// let (runner, handle) = shield.wrap(walk());
 /// runner.await;
 /// let err: loopguard::shield::ShieldError = handle.await.unwrap_err();
@@ -658,7 +673,7 @@ impl<T> Shielded<T> {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 3 });
+    /// let (runner, handle) = loopguard::shield::Shield::new("s").unwrap().wrap(async { 3 });
     /// assert!(!handle.is_finished());
     /// runner.await;
     /// assert!(handle.is_finished());
@@ -714,7 +729,7 @@ impl<T> fmt::Debug for Shielded<T> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 1 });
+/// let (runner, handle) = loopguard::shield::Shield::new("s").unwrap().wrap(async { 1 });
 /// drop(runner); // say, the executor shut down
 /// let err = handle.await.unwrap_err();
 /// assert!(matches!(err, loopguard::shield::ShieldError::RunnerDropped));

@@ -317,13 +317,13 @@ proptest! {
 
     #[test]
     fn operation_and_shield_any_name(name in ".{0,24}", nanos in any::<u64>(), pick in 0u8..4) {
-        let op = Operation::new(name.clone());
+        let op = Operation::new(name.clone()).unwrap();
         let outcome = [Outcome::Success, Outcome::Deadline, Outcome::Cancelled, Outcome::Error]
             [usize::from(pick)];
         let _ = op.start().finish(outcome);
         let measured = block_on(op.measure(async move { Ok::<u64, std::io::Error>(nanos) }));
         prop_assert_eq!(measured.ok(), Some(nanos));
-        let shield = Shield::new(&name);
+        let shield = Shield::new(&name).unwrap();
         prop_assert_eq!(shield.orphaned_failures(), 0);
     }
 }
@@ -354,7 +354,7 @@ proptest! {
         let cache: Refresh<u64, String> = builder.on_pool(shared_pool(), move || {
             let n = counter.fetch_add(1, Ordering::SeqCst);
             if fail { Err(format!("collection {n} failed")) } else { Ok(n) }
-        });
+        }).unwrap();
         for _ in 0..2 {
             match block_on(cache.get(Deadline::after(budget))) {
                 Ok(_) => prop_assert!(!fail),

@@ -118,17 +118,27 @@ fn the_job_s_own_error_is_displayed_once_classified_and_converted() {
     // `Display` prints the job's error, so `source()` is that error's own source.
     assert_eq!(failed.to_string(), "job failed: no registry");
     assert_eq!(failed.source().map(|s| s.to_string()), None::<String>);
-    let chained = WithinError::<(), Chained>::Failed(Chained(io::Error::from(io::ErrorKind::NotFound)));
+    let chained =
+        WithinError::<(), Chained>::Failed(Chained(io::Error::from(io::ErrorKind::NotFound)));
     assert_eq!(chained.to_string(), "job failed: the walk failed");
-    assert_eq!(chained.source().unwrap().to_string(), io::Error::from(io::ErrorKind::NotFound).to_string());
+    assert_eq!(
+        chained.source().unwrap().to_string(),
+        io::Error::from(io::ErrorKind::NotFound).to_string()
+    );
     assert_eq!(format!("{chained:?}"), "Failed(Chained(Kind(NotFound)))");
 
     // An operation counts it as an error, not a success.
-    assert_eq!(Err::<(), _>(WithinError::<(), _>::Failed("x".to_string())).outcome(), Outcome::Error);
+    assert_eq!(
+        Err::<(), _>(WithinError::<(), _>::Failed("x".to_string())).outcome(),
+        Outcome::Error
+    );
 
     // As an `io::Error`: `Other`, wrapping the job's error.
     let io: io::Error = WithinError::<(), _>::Failed("no rows".to_string()).into();
-    assert_eq!((io.kind(), io.to_string()), (io::ErrorKind::Other, "no rows".to_string()));
+    assert_eq!(
+        (io.kind(), io.to_string()),
+        (io::ErrorKind::Other, "no rows".to_string())
+    );
 }
 
 /// An error with a source of its own, which `Display` does not print.

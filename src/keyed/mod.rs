@@ -93,7 +93,7 @@ pub use permit::{Acquire, Busy, KeyPermit};
 /// use loopguard::keyed::KeyedGate;
 ///
 /// # futures_lite::future::block_on(async {
-/// let gate = KeyedGate::new("repos");
+/// let gate = KeyedGate::new("repos").unwrap();
 /// let permit = gate.acquire("backend").await;
 /// assert!(gate.try_acquire("backend").is_err()); // busy
 /// assert!(gate.try_acquire("frontend").is_ok()); // other keys unaffected
@@ -265,6 +265,9 @@ impl<K: Hash + Eq + Clone> Keys<K> {
     }
 }
 
+/// What [`crate::name::check`] calls a keyed gate.
+pub(super) const NAME_KIND: &str = "a keyed gate";
+
 impl<K> Clone for KeyedGate<K> {
     fn clone(&self) -> Self {
         Self {
@@ -277,21 +280,30 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// A gate named `name` (the `gate` metric label) with one slot per key and
     /// a five-second demand window.
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`](std::io::ErrorKind::InvalidInput) for a name that is
+    /// empty or has a NUL byte, as [`build`](KeyedGateBuilder::build).
+    ///
     /// # Examples
     ///
     /// ```
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate: KeyedGate<String> = KeyedGate::new("tenants");
+    /// let gate: KeyedGate<String> = KeyedGate::new("tenants")?;
     /// assert_eq!(gate.name(), "tenants");
+    /// let err = KeyedGate::<String>::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "a keyed gate name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: &str) -> Self {
-        Self::from_parts(
+    pub fn new(name: &str) -> std::io::Result<Self> {
+        crate::name::check(NAME_KIND, name)?;
+        Ok(Self::from_parts(
             name,
             1,
             HashMap::new(),
             KeyDemand::with_default_window(Instant::now()),
-        )
+        ))
     }
 
     /// A builder to set the per-key capacity, overrides and demand window.
@@ -359,8 +371,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("shards");
+    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("shards")?;
     /// assert_eq!(gate.name(), "shards");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -382,7 +395,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// ```
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos").unwrap();
     /// let permit = gate.try_acquire("backend").unwrap();
     /// let busy = gate.try_acquire("backend").unwrap_err();
     /// assert_eq!(busy.into_key(), "backend");
@@ -440,7 +453,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// use loopguard::keyed::KeyedGate;
     ///
     /// # futures_lite::future::block_on(async {
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos").unwrap();
     /// let permit = gate.acquire("backend").await;
     /// assert_eq!(gate.in_use(&"backend"), 1);
     /// drop(permit);
@@ -461,7 +474,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// assert_eq!(gate.demand(&"backend"), 0.0);
     /// ```
     pub fn demand(&self, key: &K) -> f64 {
@@ -476,7 +489,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// use std::time::{Duration, Instant};
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// let later = Instant::now() + Duration::from_secs(10);
     /// assert_eq!(gate.demand_at(&"backend", later), 1.0);
@@ -494,7 +507,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// let demands = gate.demands();
     /// assert_eq!(demands.len(), 1);
@@ -517,7 +530,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire(7).unwrap();
     /// assert_eq!(gate.in_use(&7), 1);
     /// assert_eq!(gate.in_use(&8), 0);
@@ -538,7 +551,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # futures_lite::future::block_on(async {
     /// use futures_lite::future;
     ///
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire(1).unwrap();
     /// let mut waiter = gate.acquire(1);
     /// assert!(future::poll_once(&mut waiter).await.is_none());
@@ -558,7 +571,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire(1).unwrap();
     /// let _ = gate.try_acquire(1);
     /// assert_eq!(gate.rejected(), 1);
@@ -572,7 +585,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// drop(gate.try_acquire("once").unwrap());
     /// assert_eq!(gate.tracked_keys(), 1); // its demand is still recent
     /// ```
@@ -585,7 +598,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// drop(gate.try_acquire("once").unwrap());
     /// gate.prune(); // too recent: kept
     /// assert_eq!(gate.tracked_keys(), 1);
@@ -601,7 +614,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// ```
     /// use std::time::{Duration, Instant};
     ///
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// drop(gate.try_acquire("once").unwrap());
     /// gate.prune_at(Instant::now() + Duration::from_secs(5));
     /// assert_eq!(gate.tracked_keys(), 0);
@@ -640,7 +653,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// gate.publish_metrics(); // a no-op without an installed recorder
     /// ```

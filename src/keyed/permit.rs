@@ -17,7 +17,7 @@ use crate::contain::drop_contained;
 /// # Examples
 ///
 /// ```
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
 /// let _permit = gate.try_acquire("backend").unwrap();
 /// let busy = gate.try_acquire("backend").unwrap_err();
 /// assert_eq!(busy.to_string(), "key is busy");
@@ -32,7 +32,7 @@ impl<K> Busy<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// assert_eq!(*gate.try_acquire("backend").unwrap_err().key(), "backend");
     /// ```
@@ -45,7 +45,7 @@ impl<K> Busy<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// let _permit = gate.try_acquire(String::from("backend")).unwrap();
     /// let key: String = gate.try_acquire("backend".into()).unwrap_err().into_key();
     /// assert_eq!(key, "backend");
@@ -75,7 +75,7 @@ impl<K> std::error::Error for Busy<K> {}
 /// # Examples
 ///
 /// ```
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
 /// let permit = gate.try_acquire("backend").unwrap();
 /// assert_eq!(*permit.key(), "backend");
 /// drop(permit);
@@ -93,7 +93,7 @@ impl<K: Hash + Eq> KeyPermit<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
     /// assert_eq!(*gate.try_acquire(5).unwrap().key(), 5);
     /// ```
     pub fn key(&self) -> &K {
@@ -130,7 +130,7 @@ impl<K: Hash + Eq> fmt::Debug for KeyPermit<K> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos").unwrap();
 /// let acquire = gate.acquire("backend");
 /// let permit = acquire.await;
 /// # drop(permit);

@@ -369,15 +369,7 @@ impl PoolBuilder {
     }
 
     pub(crate) fn validated_name(&self) -> io::Result<&str> {
-        if self.name.is_empty() {
-            return Err(invalid("a pool name must not be empty".to_string()));
-        }
-        if self.name.contains('\0') {
-            return Err(invalid(format!(
-                "a pool name must not contain NUL bytes, got {:?}",
-                self.name
-            )));
-        }
+        crate::name::check("a pool", &self.name)?;
         Ok(&self.name)
     }
 
