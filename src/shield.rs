@@ -191,7 +191,8 @@ impl Detached for () {}
 /// # ex.spawn(runner).detach();
 /// # let handle = ex.run(handle);
 /// assert_eq!(handle.await.unwrap(), Ok(7));
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Clone)]
 pub struct Shield {
