@@ -18,9 +18,12 @@ use loopguard::shield::Shield;
 /// Drops what a constructor built.
 fn ok<T>(_: T) {}
 
+/// A constructor, as a function of the name it is given.
+type Make<'a> = Box<dyn Fn(&str) -> io::Result<()> + 'a>;
+
 /// Each constructor, by the kind its message names, as a function of the name.
-fn constructors(pool: &Pool) -> Vec<(&'static str, Box<dyn Fn(&str) -> io::Result<()> + '_>)> {
-    let mut all: Vec<(&'static str, Box<dyn Fn(&str) -> io::Result<()>>)> = vec![
+fn constructors(pool: &Pool) -> Vec<(&'static str, Make<'_>)> {
+    let mut all: Vec<(&'static str, Make<'_>)> = vec![
         (
             "a pool",
             Box::new(|name| Pool::builder().name(name).workers(1).build().map(ok)),
