@@ -44,13 +44,14 @@
 //! use loopguard::operation::Operation;
 //!
 //! # futures_lite::future::block_on(async {
-//! let catalog = Operation::new("catalog").unwrap();
+//! let catalog = Operation::new("catalog")?;
 //! let deadline = Deadline::after(Duration::from_secs(1));
 //!
 //! // The clock starts here, before the (elided) semaphore and pool waits.
 //! let result = catalog.measure(deadline.run(async { "catalog data" })).await;
 //! assert_eq!(result, Ok("catalog data")); // recorded as `success`
-//! # });
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
 //! ```
 
 use std::fmt;
@@ -396,11 +397,12 @@ impl Operation {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let op = Operation::new("report").unwrap();
+    /// let op = Operation::new("report")?;
     /// let guard = op.start();
     /// // ... blocking steps, each checking a deadline ...
     /// let took = guard.finish(Outcome::Success);
     /// assert!(took.as_secs() < 60);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start(&self) -> Guard {
         contain(RECORDER, || self.inner.in_flight.increment(1.0));
@@ -426,11 +428,12 @@ impl Operation {
     /// use loopguard::operation::Operation;
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("stuck").unwrap();
+    /// let op = Operation::new("stuck")?;
     /// let deadline = Deadline::after(Duration::from_millis(5));
     /// let out = op.measure(deadline.run(futures_lite::future::pending::<()>())).await;
     /// assert_eq!(out, Err(Expired)); // recorded as `deadline`
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn measure<F>(&self, future: F) -> Measure<F, fn(&F::Output) -> Outcome>
     where
@@ -450,7 +453,7 @@ impl Operation {
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("lookup").unwrap();
+    /// let op = Operation::new("lookup")?;
     /// let found = op
     ///     .measure_with(async { Some(7) }, |out: &Option<u32>| match out {
     ///         Some(_) => Outcome::Success,
@@ -458,7 +461,8 @@ impl Operation {
     ///     })
     ///     .await;
     /// assert_eq!(found, Some(7));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn measure_with<F, C>(&self, future: F, classify: C) -> Measure<F, C>
     where
@@ -484,10 +488,11 @@ impl Operation {
 /// ```
 /// use loopguard::operation::{Operation, Outcome};
 ///
-/// let op = Operation::new("walk").unwrap();
+/// let op = Operation::new("walk")?;
 /// let guard = op.start();
 /// assert!(guard.elapsed().as_secs() < 60);
 /// drop(guard); // recorded as `cancelled`
+/// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Guard {
     handles: Option<Arc<Handles>>,
@@ -502,9 +507,10 @@ impl Guard {
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// let guard = Operation::new("x").unwrap().start();
+    /// let guard = Operation::new("x")?.start();
     /// assert!(guard.elapsed() <= guard.elapsed());
     /// # guard.finish(loopguard::operation::Outcome::Success);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn elapsed(&self) -> std::time::Duration {
         self.started.elapsed()
@@ -517,8 +523,9 @@ impl Guard {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let took = Operation::new("x").unwrap().start().finish(Outcome::Error);
+    /// let took = Operation::new("x")?.start().finish(Outcome::Error);
     /// assert!(took.as_secs() < 60);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn finish(mut self, outcome: Outcome) -> std::time::Duration {
         self.record(outcome)

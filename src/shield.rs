@@ -85,12 +85,13 @@ mod sealed {
 /// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::new("flush").unwrap();
+/// let shield = Shield::new("flush")?;
 /// let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("disk full") }));
 /// drop(handle); // nobody waits: the `Err` is reported
 /// runner.await;
 /// assert_eq!(shield.orphaned_failures(), 1);
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not work a shield can wrap",
@@ -156,11 +157,12 @@ where
 /// ```
 /// # futures_lite::future::block_on(async {
 /// let ex = async_executor::Executor::new();
-/// let shield = loopguard::shield::Shield::new("flush").unwrap();
+/// let shield = loopguard::shield::Shield::new("flush")?;
 /// // `.detach()` returns `()`: the task runs on without its handle.
 /// let handle = shield.spawn(async { 2 }, |runner| ex.spawn(runner).detach());
 /// assert_eq!(ex.run(handle).await, Ok(2));
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "the spawn closure returns `{Self}`: a task handle that may cancel the work when dropped",
@@ -310,11 +312,12 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("ping").unwrap();
+    /// let shield = loopguard::shield::Shield::new("ping")?;
     /// let (runner, handle) = shield.wrap(async { 1 + 1 });
     /// runner.await; // normally spawned and detached
     /// assert_eq!(handle.await, Ok(2));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn wrap<W: IntoShielded>(&self, work: W) -> (Runner<W::Future>, Shielded<W::Output>) {
         let (future, classify) = work.into_parts();
@@ -351,11 +354,12 @@ impl Shield {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("flush").unwrap();
+    /// let shield = loopguard::shield::Shield::new("flush")?;
     /// let rows = std::rc::Rc::new(vec![1, 2, 3]); // `!Send` work is fine on a LocalExecutor
     /// let handle = shield.spawn(async move { rows.len() }, |runner| ex.spawn(runner).detach());
     /// assert_eq!(ex.run(handle).await, Ok(3));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn spawn<W: IntoShielded, D: Detached>(
         &self,
@@ -373,7 +377,8 @@ impl Shield {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::shield::Shield::new("a").unwrap().name(), "a");
+    /// assert_eq!(loopguard::shield::Shield::new("a")?.name(), "a");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         self.reporter.origin()
@@ -385,12 +390,13 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("quiet").unwrap();
+    /// let shield = loopguard::shield::Shield::new("quiet")?;
     /// let (runner, handle) = shield.wrap(async { panic!("lost") });
     /// drop(handle);
     /// runner.await;
     /// assert_eq!(shield.orphaned_failures(), 1);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn orphaned_failures(&self) -> u64 {
         self.reporter.orphaned()
@@ -404,13 +410,14 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("flush").unwrap();
+    /// let shield = loopguard::shield::Shield::new("flush")?;
     /// let (runner, handle) = shield.wrap(async { 1 });
     /// assert_eq!(shield.in_flight(), 1);
     /// runner.await;
     /// assert_eq!(shield.in_flight(), 0, "finished, though nobody took the output yet");
     /// assert_eq!(handle.await, Ok(1));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn in_flight(&self) -> usize {
         self.work.in_flight()
@@ -443,7 +450,7 @@ impl Shield {
     ///
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::Executor::new();
-    /// let shield = Shield::new("uploads").unwrap();
+    /// let shield = Shield::new("uploads")?;
     /// for _ in 0..3 {
     ///     // Orphaned at once: nobody awaits these.
     ///     drop(shield.spawn(Fallible(async { Err::<(), _>("refused") }), |runner| {
@@ -454,7 +461,8 @@ impl Shield {
     /// // At shutdown (with smol: `shield.wait_idle().await` on the loop):
     /// ex.run(shield.wait_idle()).await;
     /// assert_eq!((shield.in_flight(), shield.orphaned_failures()), (0, 3));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn wait_idle(&self) -> ShieldWaitIdle<'_> {
         let work = &*self.work;
@@ -580,12 +588,13 @@ pin_project_lite::pin_project! {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("local").unwrap();
+    /// let shield = loopguard::shield::Shield::new("local")?;
     /// let rc = std::rc::Rc::new(5); // `!Send` state is fine on a LocalExecutor
     /// let (runner, handle) = shield.wrap(async move { *rc * 2 });
     /// ex.spawn(runner).detach();
     /// assert_eq!(ex.run(handle).await, Ok(10));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     #[must_use = "the work never runs unless the Runner is spawned: `ex.spawn(runner).detach()`, or `Shield::spawn(work, |runner| ex.spawn(runner).detach())` in one call"]
     pub struct Runner<F: Future> {
@@ -653,13 +662,14 @@ impl<F: Future> fmt::Debug for Runner<F> {
 ///     panic!("walk failed")
 /// }
 ///
-/// let shield = loopguard::shield::Shield::new("walk").unwrap();
+/// let shield = loopguard::shield::Shield::new("walk")?;
 /// let (runner, handle) = shield.wrap(walk());
 /// runner.await;
 /// let err: loopguard::shield::ShieldError = handle.await.unwrap_err();
 /// assert_eq!(err.to_string(), "shielded work panicked: walk failed");
 /// assert_eq!(shield.orphaned_failures(), 0, "awaited, so not reported");
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[must_use = "dropping a Shielded handle orphans the work: it runs on and only failures are reported"]
 pub struct Shielded<T> {
@@ -674,11 +684,12 @@ impl<T> Shielded<T> {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let (runner, handle) = loopguard::shield::Shield::new("s").unwrap().wrap(async { 3 });
+    /// let (runner, handle) = loopguard::shield::Shield::new("s")?.wrap(async { 3 });
     /// assert!(!handle.is_finished());
     /// runner.await;
     /// assert!(handle.is_finished());
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn is_finished(&self) -> bool {
         self.handoff.is_finished()
@@ -730,12 +741,13 @@ impl<T> fmt::Debug for Shielded<T> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let (runner, handle) = loopguard::shield::Shield::new("s").unwrap().wrap(async { 1 });
+/// let (runner, handle) = loopguard::shield::Shield::new("s")?.wrap(async { 1 });
 /// drop(runner); // say, the executor shut down
 /// let err = handle.await.unwrap_err();
 /// assert!(matches!(err, loopguard::shield::ShieldError::RunnerDropped));
 /// assert_eq!(err.to_string(), "shielded work was dropped before it finished");
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

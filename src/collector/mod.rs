@@ -182,9 +182,10 @@ impl Collector {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("tenants").unwrap();
+    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("tenants")?;
     /// let collector = loopguard::telemetry::Collector::new().keyed(&gate);
     /// # drop(collector);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn keyed<K>(mut self, gate: &KeyedGate<K>) -> Collector
     where
