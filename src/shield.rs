@@ -273,6 +273,10 @@ impl Shield {
     /// thread that observes the orphaned failure: the runner's, or the one dropping the
     /// handle of work that had already failed.
     ///
+    /// # Errors
+    ///
+    /// As for [`new`](Shield::new).
+    ///
     /// # Examples
     ///
     /// ```
@@ -284,10 +288,6 @@ impl Shield {
     /// assert_eq!(shield.orphaned_failures(), 0);
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    ///
-    /// # Errors
-    ///
-    /// As for [`new`](Shield::new).
     pub fn with_handler(name: &str, handler: OrphanHandler) -> std::io::Result<Shield> {
         crate::name::check("a shield", name)?;
         Ok(Shield {

@@ -350,8 +350,9 @@ impl From<RunError> for std::io::Error {
 /// deadline in one call.
 ///
 /// `E` is the job's own error: the `Err` type of a [`Fallible`](crate::Fallible) job, whose
-/// `Err` arrives as [`WithinError::Failed`] (the future resolves to `Result<T, WithinError<W,
-/// E>>`, not to `Ok(Err(e))`), and [`Infallible`] for a plain job (`WithinError<W>`).
+/// `Err` arrives as [`WithinError::Failed`] (the future resolves to
+/// `Result<T, WithinError<W, E>>`, not to `Ok(Err(e))`), and [`Infallible`] for a plain job
+/// (`WithinError<W>`).
 ///
 /// # Examples
 ///
