@@ -7,7 +7,7 @@ mod common;
 use std::error::Error as _;
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Latch, bounded, quiet_expected_panics, recording};
 use futures_lite::future;
@@ -97,6 +97,18 @@ on_every_executor! {
         let reports: Vec<_> = seen.lock().unwrap().iter().map(|r| (r.kind(), r.message().to_string())).collect();
         assert_eq!(reports, [(ReportKind::Failed, "\"late\"".to_string())]);
         assert_eq!(pool.in_use(), 0);
+
+        // A budget already spent: nothing starts.
+        let out = pool.try_run_within(Deadline::at(Instant::now()), Fallible(|| Err::<u8, _>("never".to_string()))).await;
+        assert!(matches!(out, Err(WithinError::Expired(s)) if s == Spent::new(Phase::InLine)), "{out:?}");
+
+        // Closed: the `Fallible` job comes back inside.
+        pool.close();
+        match pool.try_run_within(Deadline::never(), Fallible(|| Ok::<u8, String>(4))).await {
+            Err(WithinError::Closed(job)) => assert_eq!((job.0)(), Ok(4)),
+            other => panic!("expected Closed, got {other:?}"),
+        }
+        assert_eq!(seen.lock().unwrap().len(), 1, "nothing more reported");
     }
 }
 
