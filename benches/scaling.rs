@@ -162,7 +162,7 @@ fn waiter_memory() {
     // Kept until the keyed waiters are counted: memory they freed would be reused.
     let run_waiters = futures;
 
-    let gate = KeyedGate::new("waiters");
+    let gate = KeyedGate::new("waiters").unwrap();
     let permit = gate.try_acquire(0_u64).expect("a fresh key");
     let rss = rss_kib();
     let mut futures: Vec<Waiting> = (0..WAITERS)

@@ -36,7 +36,7 @@ fn main() {
         black_box(demand.average());
     });
 
-    let gate = KeyedGate::new("bench");
+    let gate = KeyedGate::new("bench").unwrap();
     let _held = gate.try_acquire(7u64).expect("idle key");
     time("keyed try_acquire (rejected)", iterations, || {
         let _ = black_box(gate.try_acquire(black_box(7u64)));

@@ -92,7 +92,9 @@ impl From<Panicked> for std::io::Error {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 ///
-/// Awaiting the work gives the `Result` itself, as without the wrapper.
+/// Awaiting the work gives the `Result` itself, as without the wrapper; under
+/// [`Pool::try_run_within`](crate::pool::Pool::try_run_within) it resolves flat, the `Err`
+/// in [`WithinError::Failed`](crate::pool::WithinError::Failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Fallible<W>(pub W);
 

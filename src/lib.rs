@@ -135,6 +135,7 @@ mod gate;
 mod handoff;
 #[cfg(all(test, loopguard_loom))]
 mod loom_util;
+mod name;
 mod signal;
 mod sync;
 

@@ -44,13 +44,14 @@
 //! use loopguard::operation::Operation;
 //!
 //! # futures_lite::future::block_on(async {
-//! let catalog = Operation::new("catalog");
+//! let catalog = Operation::new("catalog")?;
 //! let deadline = Deadline::after(Duration::from_secs(1));
 //!
 //! // The clock starts here, before the (elided) semaphore and pool waits.
 //! let result = catalog.measure(deadline.run(async { "catalog data" })).await;
 //! assert_eq!(result, Ok("catalog data")); // recorded as `success`
-//! # });
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
 //! ```
 
 use std::fmt;
@@ -247,8 +248,9 @@ impl Classify for RunError {
 }
 
 /// The [`Spent`]'s outcome when the deadline passed, [`Outcome::Error`] otherwise: a
-/// refusal (`Saturated`, with its `Retry-After`) is an error of this operation.
-impl<W> Classify for WithinError<W> {
+/// refusal (`Saturated`, with its `Retry-After`) is an error of this operation, and so is a
+/// [`Fallible`](crate::Fallible) job's own `Err` ([`WithinError::Failed`]).
+impl<W, E> Classify for WithinError<W, E> {
     fn outcome(&self) -> Outcome {
         match self {
             WithinError::Expired(spent) => spent.outcome(),
@@ -293,9 +295,10 @@ impl Classify for io::Error {
 /// ```
 /// use loopguard::operation::Operation;
 ///
-/// let op = Operation::new("catalog");
+/// let op = Operation::new("catalog")?;
 /// assert_eq!(op.name(), "catalog");
 /// assert_eq!(op.clone().name(), "catalog");
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Operation {
@@ -324,16 +327,25 @@ impl Operation {
     /// second `Operation` with the same name while calls are in flight does not clobber
     /// it. Keep `name` to a fixed set (a dependency, an endpoint), never a URL or an ID.
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for a name that is empty or has a NUL byte; nothing
+    /// is registered then.
+    ///
     /// # Examples
     ///
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// let op = Operation::new(format!("catalog-{}", "eu"));
+    /// let op = Operation::new(format!("catalog-{}", "eu"))?;
     /// assert_eq!(op.name(), "catalog-eu");
+    /// let err = Operation::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "an operation name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: impl Into<SharedString>) -> Operation {
+    pub fn new(name: impl Into<SharedString>) -> io::Result<Operation> {
         let name: SharedString = name.into();
+        crate::name::check("an operation", &name)?;
         let histogram = |outcome: Outcome| {
             emit::register(
                 || {
@@ -351,13 +363,13 @@ impl Operation {
             Gauge::noop,
         );
         contain(RECORDER, || in_flight.increment(0.0));
-        Operation {
+        Ok(Operation {
             inner: Arc::new(Handles {
                 durations: Outcome::ALL.map(histogram),
                 in_flight,
                 name,
             }),
-        }
+        })
     }
 
     /// The operation's name (its `operation` label).
@@ -367,7 +379,8 @@ impl Operation {
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// assert_eq!(Operation::new("search").name(), "search");
+    /// assert_eq!(Operation::new("search")?.name(), "search");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -384,11 +397,12 @@ impl Operation {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let op = Operation::new("report");
+    /// let op = Operation::new("report")?;
     /// let guard = op.start();
     /// // ... blocking steps, each checking a deadline ...
     /// let took = guard.finish(Outcome::Success);
     /// assert!(took.as_secs() < 60);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start(&self) -> Guard {
         contain(RECORDER, || self.inner.in_flight.increment(1.0));
@@ -414,11 +428,12 @@ impl Operation {
     /// use loopguard::operation::Operation;
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("stuck");
+    /// let op = Operation::new("stuck")?;
     /// let deadline = Deadline::after(Duration::from_millis(5));
     /// let out = op.measure(deadline.run(futures_lite::future::pending::<()>())).await;
     /// assert_eq!(out, Err(Expired)); // recorded as `deadline`
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn measure<F>(&self, future: F) -> Measure<F, fn(&F::Output) -> Outcome>
     where
@@ -438,7 +453,7 @@ impl Operation {
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("lookup");
+    /// let op = Operation::new("lookup")?;
     /// let found = op
     ///     .measure_with(async { Some(7) }, |out: &Option<u32>| match out {
     ///         Some(_) => Outcome::Success,
@@ -446,7 +461,8 @@ impl Operation {
     ///     })
     ///     .await;
     /// assert_eq!(found, Some(7));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn measure_with<F, C>(&self, future: F, classify: C) -> Measure<F, C>
     where
@@ -472,10 +488,11 @@ impl Operation {
 /// ```
 /// use loopguard::operation::{Operation, Outcome};
 ///
-/// let op = Operation::new("walk");
+/// let op = Operation::new("walk")?;
 /// let guard = op.start();
 /// assert!(guard.elapsed().as_secs() < 60);
 /// drop(guard); // recorded as `cancelled`
+/// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Guard {
     handles: Option<Arc<Handles>>,
@@ -490,9 +507,10 @@ impl Guard {
     /// ```
     /// use loopguard::operation::Operation;
     ///
-    /// let guard = Operation::new("x").start();
+    /// let guard = Operation::new("x")?.start();
     /// assert!(guard.elapsed() <= guard.elapsed());
     /// # guard.finish(loopguard::operation::Outcome::Success);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn elapsed(&self) -> std::time::Duration {
         self.started.elapsed()
@@ -505,8 +523,9 @@ impl Guard {
     /// ```
     /// use loopguard::operation::{Operation, Outcome};
     ///
-    /// let took = Operation::new("x").start().finish(Outcome::Error);
+    /// let took = Operation::new("x")?.start().finish(Outcome::Error);
     /// assert!(took.as_secs() < 60);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn finish(mut self, outcome: Outcome) -> std::time::Duration {
         self.record(outcome)
@@ -566,7 +585,7 @@ pin_project_lite::pin_project! {
     /// use loopguard::operation::{Operation, Outcome};
     ///
     /// # futures_lite::future::block_on(async {
-    /// let op = Operation::new("ping");
+    /// let op = Operation::new("ping").unwrap();
     /// let fut: Measure<_, _> = op.measure(async { Outcome::Success });
     /// println!("{fut:?}");
     /// assert_eq!(fut.await, Outcome::Success);

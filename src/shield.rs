@@ -85,12 +85,13 @@ mod sealed {
 /// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::new("flush");
+/// let shield = Shield::new("flush")?;
 /// let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("disk full") }));
 /// drop(handle); // nobody waits: the `Err` is reported
 /// runner.await;
 /// assert_eq!(shield.orphaned_failures(), 1);
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not work a shield can wrap",
@@ -156,11 +157,12 @@ where
 /// ```
 /// # futures_lite::future::block_on(async {
 /// let ex = async_executor::Executor::new();
-/// let shield = loopguard::shield::Shield::new("flush");
+/// let shield = loopguard::shield::Shield::new("flush")?;
 /// // `.detach()` returns `()`: the task runs on without its handle.
 /// let handle = shield.spawn(async { 2 }, |runner| ex.spawn(runner).detach());
 /// assert_eq!(ex.run(handle).await, Ok(2));
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[diagnostic::on_unimplemented(
     message = "the spawn closure returns `{Self}`: a task handle that may cancel the work when dropped",
@@ -184,14 +186,15 @@ impl Detached for () {}
 /// use loopguard::shield::Shield;
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::with_handler("flush", OrphanHandler::new(|r| eprintln!("{r}")));
+/// let shield = Shield::with_handler("flush", OrphanHandler::new(|r| eprintln!("{r}")))?;
 /// let (runner, handle) = shield.wrap(async { Ok::<u32, String>(7) });
 /// // With smol: `smol::spawn(runner).detach();`
 /// # let ex = async_executor::Executor::new();
 /// # ex.spawn(runner).detach();
 /// # let handle = ex.run(handle);
 /// assert_eq!(handle.await.unwrap(), Ok(7));
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Clone)]
 pub struct Shield {
@@ -244,15 +247,24 @@ impl Tracker {
 }
 
 impl Shield {
-    /// A shield named `name` whose orphaned failures go to [`OrphanHandler::log()`].
+    /// A shield named `name` (its series' `shield` label) whose orphaned failures go to
+    /// [`OrphanHandler::log()`].
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`](std::io::ErrorKind::InvalidInput) for a name that is
+    /// empty or has a NUL byte.
     ///
     /// # Examples
     ///
     /// ```
-    /// let shield = loopguard::shield::Shield::new("uploads");
+    /// let shield = loopguard::shield::Shield::new("uploads")?;
     /// assert_eq!(shield.name(), "uploads");
+    /// let err = loopguard::shield::Shield::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "a shield name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: &str) -> Shield {
+    pub fn new(name: &str) -> std::io::Result<Shield> {
         Shield::with_handler(name, OrphanHandler::log())
     }
 
@@ -261,6 +273,10 @@ impl Shield {
     /// thread that observes the orphaned failure: the runner's, or the one dropping the
     /// handle of work that had already failed.
     ///
+    /// # Errors
+    ///
+    /// As for [`new`](Shield::new).
+    ///
     /// # Examples
     ///
     /// ```
@@ -268,18 +284,20 @@ impl Shield {
     /// use loopguard::shield::Shield;
     ///
     /// let (handler, _reports) = OrphanHandler::channel(16);
-    /// let shield = Shield::with_handler("uploads", handler);
+    /// let shield = Shield::with_handler("uploads", handler)?;
     /// assert_eq!(shield.orphaned_failures(), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn with_handler(name: &str, handler: OrphanHandler) -> Shield {
-        Shield {
+    pub fn with_handler(name: &str, handler: OrphanHandler) -> std::io::Result<Shield> {
+        crate::name::check("a shield", name)?;
+        Ok(Shield {
             reporter: Arc::new(Reporter::new(
                 crate::emit::LABEL_SHIELD,
                 Arc::from(name),
                 handler,
             )),
             work: Arc::default(),
-        }
+        })
     }
 
     /// Splits `work` into a [`Runner`] to spawn and a [`Shielded`] handle to await or
@@ -294,11 +312,12 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("ping");
+    /// let shield = loopguard::shield::Shield::new("ping")?;
     /// let (runner, handle) = shield.wrap(async { 1 + 1 });
     /// runner.await; // normally spawned and detached
     /// assert_eq!(handle.await, Ok(2));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn wrap<W: IntoShielded>(&self, work: W) -> (Runner<W::Future>, Shielded<W::Output>) {
         let (future, classify) = work.into_parts();
@@ -335,11 +354,12 @@ impl Shield {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let shield = loopguard::shield::Shield::new("flush")?;
     /// let rows = std::rc::Rc::new(vec![1, 2, 3]); // `!Send` work is fine on a LocalExecutor
     /// let handle = shield.spawn(async move { rows.len() }, |runner| ex.spawn(runner).detach());
     /// assert_eq!(ex.run(handle).await, Ok(3));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn spawn<W: IntoShielded, D: Detached>(
         &self,
@@ -357,7 +377,8 @@ impl Shield {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(loopguard::shield::Shield::new("a").name(), "a");
+    /// assert_eq!(loopguard::shield::Shield::new("a")?.name(), "a");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         self.reporter.origin()
@@ -369,12 +390,13 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("quiet");
+    /// let shield = loopguard::shield::Shield::new("quiet")?;
     /// let (runner, handle) = shield.wrap(async { panic!("lost") });
     /// drop(handle);
     /// runner.await;
     /// assert_eq!(shield.orphaned_failures(), 1);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn orphaned_failures(&self) -> u64 {
         self.reporter.orphaned()
@@ -388,13 +410,14 @@ impl Shield {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let shield = loopguard::shield::Shield::new("flush");
+    /// let shield = loopguard::shield::Shield::new("flush")?;
     /// let (runner, handle) = shield.wrap(async { 1 });
     /// assert_eq!(shield.in_flight(), 1);
     /// runner.await;
     /// assert_eq!(shield.in_flight(), 0, "finished, though nobody took the output yet");
     /// assert_eq!(handle.await, Ok(1));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn in_flight(&self) -> usize {
         self.work.in_flight()
@@ -427,7 +450,7 @@ impl Shield {
     ///
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::Executor::new();
-    /// let shield = Shield::new("uploads");
+    /// let shield = Shield::new("uploads")?;
     /// for _ in 0..3 {
     ///     // Orphaned at once: nobody awaits these.
     ///     drop(shield.spawn(Fallible(async { Err::<(), _>("refused") }), |runner| {
@@ -438,7 +461,8 @@ impl Shield {
     /// // At shutdown (with smol: `shield.wait_idle().await` on the loop):
     /// ex.run(shield.wait_idle()).await;
     /// assert_eq!((shield.in_flight(), shield.orphaned_failures()), (0, 3));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn wait_idle(&self) -> ShieldWaitIdle<'_> {
         let work = &*self.work;
@@ -481,7 +505,7 @@ type IdleCheck<'a> = Box<dyn Fn() -> bool + Send + Sync + 'a>;
 /// use loopguard::shield::{Shield, ShieldWaitIdle};
 ///
 /// # futures_lite::future::block_on(async {
-/// let shield = Shield::new("idle");
+/// let shield = Shield::new("idle").unwrap();
 /// let idle: ShieldWaitIdle<'_> = shield.wait_idle();
 /// assert_eq!(format!("{idle:?}"), "ShieldWaitIdle { in_flight: 0 }");
 /// idle.await; // nothing in flight: at once
@@ -564,12 +588,13 @@ pin_project_lite::pin_project! {
     /// ```
     /// # futures_lite::future::block_on(async {
     /// let ex = async_executor::LocalExecutor::new();
-    /// let shield = loopguard::shield::Shield::new("local");
+    /// let shield = loopguard::shield::Shield::new("local")?;
     /// let rc = std::rc::Rc::new(5); // `!Send` state is fine on a LocalExecutor
     /// let (runner, handle) = shield.wrap(async move { *rc * 2 });
     /// ex.spawn(runner).detach();
     /// assert_eq!(ex.run(handle).await, Ok(10));
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     #[must_use = "the work never runs unless the Runner is spawned: `ex.spawn(runner).detach()`, or `Shield::spawn(work, |runner| ex.spawn(runner).detach())` in one call"]
     pub struct Runner<F: Future> {
@@ -637,13 +662,14 @@ impl<F: Future> fmt::Debug for Runner<F> {
 ///     panic!("walk failed")
 /// }
 ///
-/// let shield = loopguard::shield::Shield::new("walk");
+/// let shield = loopguard::shield::Shield::new("walk")?;
 /// let (runner, handle) = shield.wrap(walk());
 /// runner.await;
 /// let err: loopguard::shield::ShieldError = handle.await.unwrap_err();
 /// assert_eq!(err.to_string(), "shielded work panicked: walk failed");
 /// assert_eq!(shield.orphaned_failures(), 0, "awaited, so not reported");
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[must_use = "dropping a Shielded handle orphans the work: it runs on and only failures are reported"]
 pub struct Shielded<T> {
@@ -658,11 +684,12 @@ impl<T> Shielded<T> {
     ///
     /// ```
     /// # futures_lite::future::block_on(async {
-    /// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 3 });
+    /// let (runner, handle) = loopguard::shield::Shield::new("s")?.wrap(async { 3 });
     /// assert!(!handle.is_finished());
     /// runner.await;
     /// assert!(handle.is_finished());
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn is_finished(&self) -> bool {
         self.handoff.is_finished()
@@ -714,12 +741,13 @@ impl<T> fmt::Debug for Shielded<T> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let (runner, handle) = loopguard::shield::Shield::new("s").wrap(async { 1 });
+/// let (runner, handle) = loopguard::shield::Shield::new("s")?.wrap(async { 1 });
 /// drop(runner); // say, the executor shut down
 /// let err = handle.await.unwrap_err();
 /// assert!(matches!(err, loopguard::shield::ShieldError::RunnerDropped));
 /// assert_eq!(err.to_string(), "shielded work was dropped before it finished");
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -201,7 +201,7 @@ mod phases {
             release.open();
             pool.wait_idle().await;
 
-            let shield = Shield::new("phases");
+            let shield = Shield::new("phases").unwrap();
             let (runner, handle) = shield.wrap(async { 1 });
             drop(runner);
             assert!(matches!(handle.await, Err(ShieldError::RunnerDropped)));

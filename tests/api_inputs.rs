@@ -317,13 +317,23 @@ proptest! {
 
     #[test]
     fn operation_and_shield_any_name(name in ".{0,24}", nanos in any::<u64>(), pick in 0u8..4) {
-        let op = Operation::new(name.clone());
+        let valid = !name.is_empty() && !name.contains('\0');
+        let (op, shield) = match (Operation::new(name.clone()), Shield::new(&name)) {
+            (Ok(op), Ok(shield)) => (op, shield),
+            (op, shield) => {
+                prop_assert!(!valid, "refused a valid name {:?}", name);
+                for err in [op.err(), shield.err()] {
+                    prop_assert_eq!(err.map(|e| e.kind()), Some(std::io::ErrorKind::InvalidInput));
+                }
+                return Ok(());
+            }
+        };
+        prop_assert!(valid, "accepted {:?}", name);
         let outcome = [Outcome::Success, Outcome::Deadline, Outcome::Cancelled, Outcome::Error]
             [usize::from(pick)];
         let _ = op.start().finish(outcome);
         let measured = block_on(op.measure(async move { Ok::<u64, std::io::Error>(nanos) }));
         prop_assert_eq!(measured.ok(), Some(nanos));
-        let shield = Shield::new(&name);
         prop_assert_eq!(shield.orphaned_failures(), 0);
     }
 }
@@ -351,10 +361,22 @@ proptest! {
         if let Some(failure_ttl) = failure_ttl {
             builder = builder.failure_ttl(failure_ttl);
         }
-        let cache: Refresh<u64, String> = builder.on_pool(shared_pool(), move || {
+        let built: std::io::Result<Refresh<u64, String>> = builder.on_pool(shared_pool(), move || {
             let n = counter.fetch_add(1, Ordering::SeqCst);
             if fail { Err(format!("collection {n} failed")) } else { Ok(n) }
         });
+        let valid = !name.is_empty() && !name.contains('\0');
+        let cache = match built {
+            Ok(cache) => {
+                prop_assert!(valid, "accepted {:?}", name);
+                cache
+            }
+            Err(err) => {
+                prop_assert!(!valid, "refused a valid name {:?}: {}", name, err);
+                prop_assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+                return Ok(());
+            }
+        };
         for _ in 0..2 {
             match block_on(cache.get(Deadline::after(budget))) {
                 Ok(_) => prop_assert!(!fail),

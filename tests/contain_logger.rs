@@ -126,7 +126,7 @@ fn a_channel_without_receiver_falls_back_to_a_panicking_logger_safely() {
     install();
     let (handler, receiver) = OrphanHandler::channel(4);
     drop(receiver);
-    let shield = Shield::with_handler("gone", handler);
+    let shield = Shield::with_handler("gone", handler).unwrap();
     let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("nobody listens") }));
     drop(handle);
     block_on(runner);

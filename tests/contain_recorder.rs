@@ -154,10 +154,12 @@ fn a_caches_joiners_are_woken_with_a_panicking_recorder() {
         .unwrap();
     let release = Latch::new();
     let r = release.clone();
-    let cache = Refresh::builder("recorded").on_pool(&pool, move || {
-        r.wait();
-        Ok::<_, String>(42)
-    });
+    let cache = Refresh::builder("recorded")
+        .on_pool(&pool, move || {
+            r.wait();
+            Ok::<_, String>(42)
+        })
+        .unwrap();
     block_on(async {
         let calls = (0..4).map(|_| Box::pin(cache.get(Deadline::never())));
         let mut calls: Vec<_> = calls.collect();
@@ -180,7 +182,7 @@ fn a_caches_joiners_are_woken_with_a_panicking_recorder() {
 fn operations_and_keyed_gates_work_with_a_panicking_recorder() {
     install();
     block_on(async {
-        let op = Operation::new("recorded");
+        let op = Operation::new("recorded").unwrap();
         assert_eq!(
             bounded(LIMIT, op.measure(async { Ok::<_, std::io::Error>(3) }))
                 .await
@@ -188,7 +190,7 @@ fn operations_and_keyed_gates_work_with_a_panicking_recorder() {
             3
         );
         drop(op.start());
-        let gate = KeyedGate::new("recorded");
+        let gate = KeyedGate::new("recorded").unwrap();
         let permit = gate.try_acquire("k").unwrap();
         assert!(gate.try_acquire("k").is_err());
         assert_eq!(gate.rejected(), 1);

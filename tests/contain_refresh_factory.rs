@@ -18,7 +18,7 @@ use loopguard::shield::Shield;
 fn a_panicking_collect_is_a_cached_reported_failure() {
     common::quiet_expected_panics();
     let (handler, reports) = common::recording();
-    let shield = Shield::with_handler("factory-refresh", handler);
+    let shield = Shield::with_handler("factory-refresh", handler).unwrap();
     let ex = Arc::new(async_executor::Executor::new());
     let spawner = ex.clone();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -32,7 +32,8 @@ fn a_panicking_collect_is_a_cached_reported_failure() {
                 counted.fetch_add(1, Ordering::SeqCst);
                 panic!("expected: the query cannot be built")
             },
-        );
+        )
+        .unwrap();
     let first = catch_unwind(AssertUnwindSafe(|| {
         futures_lite::future::block_on(ex.run(cache.get(Deadline::after(Duration::from_secs(30)))))
     }));

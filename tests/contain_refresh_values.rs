@@ -100,7 +100,8 @@ fn a_value_whose_clone_reads_the_cache_does_not_deadlock_it() {
                 } else {
                     Err(reentrant(n, &l))
                 }
-            });
+            })
+            .unwrap();
         assert!(looked.set(cache.clone()).is_ok());
         block_on(async {
             // The starter's copy, a hit, a forced collection, a peek, a failure, and the
@@ -134,11 +135,13 @@ fn a_joiner_whose_copy_reads_the_cache_does_not_deadlock_it() {
         let l = looked.clone();
         let (started, release) = (Latch::new(), Latch::new());
         let (s, rel) = (started.clone(), release.clone());
-        let cache = Refresh::builder("reentrant-join").on_pool(&pool, move || {
-            s.open();
-            rel.wait();
-            Ok(reentrant(7, &l))
-        });
+        let cache = Refresh::builder("reentrant-join")
+            .on_pool(&pool, move || {
+                s.open();
+                rel.wait();
+                Ok(reentrant(7, &l))
+            })
+            .unwrap();
         assert!(looked.set(cache.clone()).is_ok());
         block_on(async {
             let mut starter = Box::pin(cache.get(Deadline::never()));
@@ -164,7 +167,8 @@ fn an_error_whose_clone_reads_the_cache_does_not_deadlock_it() {
             .ttl(Duration::from_secs(3600))
             .on_pool(&pool, move || -> Result<Reentrant, Reentrant> {
                 Err(reentrant(9, &l))
-            });
+            })
+            .unwrap();
         assert!(looked.set(cache.clone()).is_ok());
         block_on(async {
             // Served fresh, then from the failure cache.
@@ -196,7 +200,9 @@ fn formatting_the_cache_into_a_sink_that_reads_it_does_not_deadlock() {
     watchdog(LIMIT, || {
         use std::fmt::Write as _;
         let pool = pool();
-        let cache = Refresh::builder("debugged").on_pool(&pool, || Ok::<u8, String>(1));
+        let cache = Refresh::builder("debugged")
+            .on_pool(&pool, || Ok::<u8, String>(1))
+            .unwrap();
         let mut sink = StatsWriter(&cache, String::new());
         write!(sink, "{cache:?}").unwrap();
         assert!(sink.1.contains("in_flight: false"), "{}", sink.1);
@@ -228,9 +234,12 @@ static FUSES: Mutex<()> = Mutex::new(());
 fn fuse_cache(pool: &Pool, ttl: Duration) -> (Refresh<Fuse, String>, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let cache = Refresh::builder("fuses").ttl(ttl).on_pool(pool, move || {
-        Ok(Fuse(r.fetch_add(1, Ordering::SeqCst) as u32 + 1))
-    });
+    let cache = Refresh::builder("fuses")
+        .ttl(ttl)
+        .on_pool(pool, move || {
+            Ok(Fuse(r.fetch_add(1, Ordering::SeqCst) as u32 + 1))
+        })
+        .unwrap();
     (cache, runs)
 }
 
@@ -355,6 +364,7 @@ fn slow_clone_cache(pool: &Pool, entered: Latch, release: Latch) -> Refresh<Slow
                 entered: Some((entered.clone(), release.clone())),
             })
         })
+        .unwrap()
 }
 
 impl std::fmt::Debug for SlowClone {
@@ -376,10 +386,12 @@ fn a_cache_dropped_mid_collection_drops_its_value_contained_on_the_worker() {
         let (pool, seen) = recording_pool();
         let release = Latch::new();
         let rel = release.clone();
-        let cache = Refresh::builder("dropped-mid-flight").on_pool(&pool, move || {
-            rel.wait();
-            Ok::<_, String>(Fuse(1))
-        });
+        let cache = Refresh::builder("dropped-mid-flight")
+            .on_pool(&pool, move || {
+                rel.wait();
+                Ok::<_, String>(Fuse(1))
+            })
+            .unwrap();
         block_on(async {
             let mut get = Box::pin(cache.get(Deadline::never()));
             assert!(poll_once(&mut get).await.is_none());
@@ -430,7 +442,8 @@ fn a_panicking_clone_gives_that_caller_an_error_and_leaves_the_cache_working() {
             .ttl(Duration::from_secs(3600))
             .on_pool(&pool, move || {
                 Ok::<_, String>(Brittle(r.fetch_add(1, Ordering::SeqCst) as u32 + 1))
-            });
+            })
+            .unwrap();
         CLONE_PANICS.store(true, Ordering::SeqCst);
         let before = contained_panics();
         let (started, hit, stale, peeked) = block_on(async {

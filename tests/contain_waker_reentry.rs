@@ -265,7 +265,7 @@ fn a_job_lets_go_of_its_wakers_outside_its_hand_off() {
 fn a_shielded_lets_go_of_its_wakers_outside_its_hand_off() {
     watchdog(|| {
         let (handler, reports) = recording();
-        let shield = Shield::with_handler("hostile", handler);
+        let shield = Shield::with_handler("hostile", handler).unwrap();
         let gate = Arc::new(Latch::new());
         let g = gate.clone();
         let (runner, mut handle) = shield.wrap(Fallible(async move {
@@ -301,7 +301,7 @@ fn a_shielded_lets_go_of_its_wakers_outside_its_hand_off() {
 #[test]
 fn a_keyed_acquire_lets_go_of_its_wakers_outside_the_gate() {
     watchdog(|| {
-        let gate: KeyedGate<&'static str> = KeyedGate::new("hostile");
+        let gate: KeyedGate<&'static str> = KeyedGate::new("hostile").unwrap();
         let held = gate.try_acquire("k").unwrap();
         let mut acquire = Box::pin(gate.acquire("k"));
         let seen = Arc::new(Mutex::new(None));
@@ -363,7 +363,8 @@ fn a_refresh_joiner_lets_go_of_its_waker_outside_the_cache() {
             .on_pool(&pool, move || {
                 r.wait();
                 Ok(9)
-            });
+            })
+            .unwrap();
         let mut starter = Box::pin(cache.get(Deadline::never()));
         let mut joiner = Box::pin(cache.get(Deadline::never()));
         assert!(poll_with(starter.as_mut(), &plain()).is_pending());

@@ -244,7 +244,7 @@ fn dropping_a_failed_job_does_not_panic_when_the_receiver_waker_panics() {
 fn dropping_a_failed_shielded_does_not_panic_when_the_receiver_waker_panics() {
     quiet_expected_panics();
     let (handler, mut reports) = OrphanHandler::channel(16);
-    let shield = Shield::with_handler("rv-shield", handler);
+    let shield = Shield::with_handler("rv-shield", handler).unwrap();
     let (runner, handle) = shield.wrap(async { panic!("expected shield boom") });
     future::block_on(runner);
     assert!(
@@ -284,6 +284,7 @@ fn a_refresh_joiner_waker_panic_strands_no_joiner_and_reports_nothing() {
                 release.wait();
                 Ok::<u32, String>(7)
             })
+            .unwrap()
     };
 
     // The starter, on its own thread.

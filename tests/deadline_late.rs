@@ -100,7 +100,7 @@ on_every_executor! {
     async fn a_late_shielded_failure_is_returned_by_deadline_run() {
         quiet_expected_panics();
         let (handler, seen) = recording();
-        let shield = Shield::with_handler("late", handler);
+        let shield = Shield::with_handler("late", handler).unwrap();
         let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("late err") }));
         runner.await;
         let deadline = soon();
@@ -315,7 +315,8 @@ fn a_refresh_collection_panic_at_the_starters_deadline_is_reported_once_pool() {
         let cache = Refresh::builder("race")
             .ttl(Duration::ZERO)
             .failure_ttl(Duration::ZERO)
-            .on_pool(&pool, move || collection(&latch));
+            .on_pool(&pool, move || collection(&latch))
+            .unwrap();
         let idle = Box::new(move || pool.in_use() == 0);
         (cache, seen, idle)
     });
@@ -325,28 +326,31 @@ fn a_refresh_collection_panic_at_the_starters_deadline_is_reported_once_pool() {
 fn a_refresh_collection_panic_at_the_starters_deadline_is_reported_once_spawned() {
     race(|latch| {
         let (handler, seen) = recording();
-        let shield = Shield::with_handler("race", handler);
+        let shield = Shield::with_handler("race", handler).unwrap();
         let ex = Arc::new(async_executor::Executor::new());
         let driver = ex.clone();
         let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = finished.clone();
-        let cache = Refresh::builder("race").ttl(Duration::ZERO).spawned(
-            &shield,
-            move |runner| {
-                // Each collection runs on a thread of its own: the latch blocks it.
-                let ex = driver.clone();
-                let done = done.clone();
-                let task = ex.spawn(runner);
-                std::thread::spawn(move || {
-                    future::block_on(ex.run(task));
-                    done.store(true, std::sync::atomic::Ordering::SeqCst);
-                });
-            },
-            move || {
-                let latch = latch.clone();
-                async move { collection(&latch) }
-            },
-        );
+        let cache = Refresh::builder("race")
+            .ttl(Duration::ZERO)
+            .spawned(
+                &shield,
+                move |runner| {
+                    // Each collection runs on a thread of its own: the latch blocks it.
+                    let ex = driver.clone();
+                    let done = done.clone();
+                    let task = ex.spawn(runner);
+                    std::thread::spawn(move || {
+                        future::block_on(ex.run(task));
+                        done.store(true, std::sync::atomic::Ordering::SeqCst);
+                    });
+                },
+                move || {
+                    let latch = latch.clone();
+                    async move { collection(&latch) }
+                },
+            )
+            .unwrap();
         let idle = Box::new(move || finished.load(std::sync::atomic::Ordering::SeqCst));
         (cache, seen, idle)
     });

@@ -11,7 +11,7 @@ use futures_lite::{FutureExt, future};
 use loopguard::keyed::KeyedGate;
 
 fn gate() -> KeyedGate<&'static str> {
-    KeyedGate::new("async")
+    KeyedGate::new("async").unwrap()
 }
 
 on_every_executor!(waiters_proceed_in_fifo_order, async {

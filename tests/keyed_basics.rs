@@ -17,7 +17,7 @@ const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
 #[test]
 fn simultaneous_rejecting_callers_admit_exactly_one() {
     const THREADS: usize = 64;
-    let gate: KeyedGate<&'static str> = KeyedGate::new("race");
+    let gate: KeyedGate<&'static str> = KeyedGate::new("race").unwrap();
     for round in 0..100 {
         let start = Barrier::new(THREADS);
         let decided = Barrier::new(THREADS);
@@ -46,7 +46,7 @@ fn simultaneous_rejecting_callers_admit_exactly_one() {
 
 #[test]
 fn busy_key_rejects_at_once_while_other_keys_admit() {
-    let gate = KeyedGate::new("repos");
+    let gate = KeyedGate::new("repos").unwrap();
     let backend = gate.try_acquire("backend").unwrap();
     let busy: Busy<&str> = gate.try_acquire("backend").unwrap_err();
     assert_eq!(*busy.key(), "backend");
@@ -61,7 +61,7 @@ fn busy_key_rejects_at_once_while_other_keys_admit() {
 #[test]
 fn threads_waiting_on_a_busy_key_proceed_in_order() {
     const WAITERS: usize = 8;
-    let gate = KeyedGate::new("fifo");
+    let gate = KeyedGate::new("fifo").unwrap();
     let holder = gate.try_acquire(1u32).unwrap();
     let (order_tx, order_rx) = mpsc::channel();
     thread::scope(|s| {
@@ -86,7 +86,7 @@ fn threads_waiting_on_a_busy_key_proceed_in_order() {
 
 #[test]
 fn demand_counts_holders_and_waiters_but_not_rejections() {
-    let gate = KeyedGate::new("demand");
+    let gate = KeyedGate::new("demand").unwrap();
     let holder = gate.try_acquire("k").unwrap();
     for _ in 0..10 {
         assert!(gate.try_acquire("k").is_err());
@@ -106,7 +106,7 @@ fn demand_counts_holders_and_waiters_but_not_rejections() {
 
 #[test]
 fn idle_keys_are_pruned_after_the_window() {
-    let gate = KeyedGate::new("prune");
+    let gate = KeyedGate::new("prune").unwrap();
     for key in 0..100u32 {
         drop(gate.try_acquire(key).unwrap());
     }
@@ -191,7 +191,7 @@ fn auto_traits_and_debug() {
     send_sync::<KeyPermit<String>>();
     send_sync::<Acquire<String>>();
     send_sync::<Busy<String>>();
-    let gate = KeyedGate::new("dbg");
+    let gate = KeyedGate::new("dbg").unwrap();
     let permit = gate.try_acquire(1u8).unwrap();
     let acquire = gate.acquire(1);
     for text in [
@@ -209,7 +209,7 @@ fn auto_traits_and_debug() {
 fn metrics_are_emitted_through_the_facade() {
     let recorder = MapRecorder::default();
     metrics::with_local_recorder(&recorder, || {
-        let gate = KeyedGate::new("repos");
+        let gate = KeyedGate::new("repos").unwrap();
         let permit = gate.try_acquire("backend").unwrap();
         assert!(gate.try_acquire("backend").is_err());
         assert!(gate.try_acquire("backend").is_err());
@@ -232,7 +232,7 @@ fn metrics_are_emitted_through_the_facade() {
 fn a_key_swept_and_back_before_the_next_publication_keeps_its_value() {
     let recorder = MapRecorder::default();
     metrics::with_local_recorder(&recorder, || {
-        let gate = KeyedGate::new("repos");
+        let gate = KeyedGate::new("repos").unwrap();
         drop(gate.try_acquire("backend").unwrap());
         gate.publish_metrics(); // a non-zero value is published for the key
         let gauge = format!("{KEYED_DEMAND_AVG}{{gate=repos,key=backend}}");

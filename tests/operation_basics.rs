@@ -113,7 +113,7 @@ fn unique(prefix: &str) -> String {
 
 fn new_op(prefix: &str) -> Operation {
     recorder();
-    Operation::new(unique(prefix))
+    Operation::new(unique(prefix)).unwrap()
 }
 
 fn lookup(key: &str) -> Option<Arc<Series>> {
@@ -157,7 +157,7 @@ fn every_series_is_registered_up_front_at_zero() {
 fn a_second_handle_does_not_reset_the_gauge() {
     let op = new_op("twice");
     let guard = op.start();
-    let again = Operation::new(op.name().to_string());
+    let again = Operation::new(op.name().to_string()).unwrap();
     assert_eq!(in_flight(&again), 1.0);
     guard.finish(Outcome::Success);
     assert_eq!(in_flight(&op), 0.0);
@@ -359,7 +359,7 @@ fn a_pools_deadline_futures_are_measured_by_their_outcome() {
         assert!(matches!(spent, Err(WithinError::Expired(s)) if s.phase() == Phase::InLine));
         assert_eq!(spent.outcome(), Outcome::DeadlineInLine);
         // Measured whole, as the README's Operations section shows.
-        let op = loopguard::operation::Operation::new("walk");
+        let op = loopguard::operation::Operation::new("walk").unwrap();
         let walked = op
             .measure(pool.run_within(Deadline::never(), || 3_u8))
             .await;
@@ -411,7 +411,9 @@ fn a_budget_spent_in_line_and_one_spent_running_are_told_apart() {
         assert_eq!(Err::<(), _>(io_in_line).outcome(), Outcome::DeadlineInLine);
         let io_running: io::Error = Spent::new(Phase::Running).into();
         assert_eq!(Err::<(), _>(io_running).outcome(), Outcome::Deadline);
-        let cache = Refresh::builder("phases").on_pool(&pool, || Ok::<u8, String>(1));
+        let cache = Refresh::builder("phases")
+            .on_pool(&pool, || Ok::<u8, String>(1))
+            .unwrap();
         let refreshed = op
             .measure(cache.get(Deadline::after(Duration::from_millis(30))))
             .await;

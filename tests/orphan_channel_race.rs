@@ -47,7 +47,7 @@ fn a_report_racing_the_receivers_drop_is_never_lost() {
     while trials < TRIALS && started.elapsed() < Duration::from_secs(30) {
         let logged_before = LOGGER.reports.load(Ordering::SeqCst);
         let (handler, mut receiver) = OrphanHandler::channel(REPORTS * 2);
-        let shield = Shield::with_handler("race", handler);
+        let shield = Shield::with_handler("race", handler).unwrap();
         let go = Arc::new(Barrier::new(2));
         let sender = {
             let (shield, go) = (shield.clone(), go.clone());

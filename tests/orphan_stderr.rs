@@ -80,12 +80,12 @@ fn no_logger() {
     let pool = pool();
     orphan_fallible(&pool, "database password rejected");
     orphan_finished(&pool, || -> u8 { panic!("expected walk exploded") });
-    let shield = Shield::new("flush");
+    let shield = Shield::new("flush").unwrap();
     orphan_shielded(&shield, "upload refused".to_string());
     // A channel whose receiver is gone falls back to the default handler.
     let (handler, receiver) = OrphanHandler::channel(4);
     drop(receiver);
-    let late = Shield::with_handler("late", handler);
+    let late = Shield::with_handler("late", handler).unwrap();
     orphan_shielded(&late, "nobody drains".to_string());
     // Eleven more at once: fifteen in all, well within one refill of the limit.
     for i in 1..=11 {
@@ -125,7 +125,7 @@ fn with_logger() {
     log::set_max_level(log::LevelFilter::Info);
     let pool = pool();
     orphan_fallible(&pool, "database password rejected");
-    orphan_shielded(&Shield::new("flush"), "upload refused".to_string());
+    orphan_shielded(&Shield::new("flush").unwrap(), "upload refused".to_string());
     for line in KEEP.0.lock().unwrap().iter() {
         println!("record {line}");
     }
@@ -137,7 +137,7 @@ fn broken_stderr() {
     std::io::stdin().read_line(&mut go).unwrap();
     assert_eq!(go.trim(), "go");
     let pool = pool();
-    let shield = Shield::new("flush");
+    let shield = Shield::new("flush").unwrap();
     for i in 0..20 {
         orphan_fallible(&pool, "write fails");
         orphan_shielded(&shield, format!("write fails {i}"));

@@ -197,7 +197,7 @@ fn load_signals_allocate_nothing_on_their_hot_paths() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let demand = loopguard::demand::Demand::default();
     let gate: loopguard::keyed::KeyedGate<&'static str> =
-        loopguard::keyed::KeyedGate::new("alloc-keyed");
+        loopguard::keyed::KeyedGate::new("alloc-keyed").unwrap();
     let held = gate.try_acquire("repo").expect("an idle key admits");
     // Warm-up: first use of anything lazily initialised on this thread.
     demand.add(1);

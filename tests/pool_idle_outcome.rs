@@ -132,7 +132,7 @@ fn after_wait_idle_the_outcome_can_be_taken() {
 #[test]
 fn a_finished_shielded_handle_can_be_taken() {
     common::watchdog(Duration::from_secs(60), || {
-        let shield = Shield::new("finished-handle");
+        let shield = Shield::new("finished-handle").unwrap();
         let go = Latch::new();
         let _unblock = OpenOnDrop(go.clone());
         let (tx, woken) = mpsc::channel();

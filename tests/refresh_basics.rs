@@ -57,12 +57,15 @@ impl Gated {
             self.started.clone(),
             self.release.clone(),
         );
-        Refresh::builder("gated").ttl(ttl).on_pool(pool, move || {
-            let n = runs.fetch_add(1, Ordering::SeqCst) as u64 + 1;
-            started.add();
-            release.wait();
-            Ok(n * 100)
-        })
+        Refresh::builder("gated")
+            .ttl(ttl)
+            .on_pool(pool, move || {
+                let n = runs.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+                started.add();
+                release.wait();
+                Ok(n * 100)
+            })
+            .unwrap()
     }
 }
 
@@ -222,7 +225,7 @@ on_every_executor! {
             .on_pool(&pool, move || match r.fetch_add(1, Ordering::SeqCst) {
                 0 => Err("connection refused".to_string()),
                 n => Ok(n as u64),
-            });
+            }).unwrap();
         let deadline = Deadline::after(LIMIT);
         let failed = Err(RefreshError::Failed("connection refused".to_string()));
         assert_eq!(cache.get(deadline).await, failed);
@@ -248,7 +251,7 @@ on_every_executor! {
         let ttl = Duration::from_millis(60);
         let cache = Refresh::builder("edge")
             .ttl(ttl)
-            .on_pool(&pool, move || Ok::<_, String>(r.fetch_add(1, Ordering::SeqCst) as u64));
+            .on_pool(&pool, move || Ok::<_, String>(r.fetch_add(1, Ordering::SeqCst) as u64)).unwrap();
         assert_eq!(cache.get(Deadline::after(LIMIT)).await, Ok(0));
         let started = cache.last_started().unwrap();
         assert_eq!(cache.peek_at(started + ttl - Duration::from_nanos(1)), Some(0));
@@ -270,7 +273,7 @@ on_every_executor! {
                 0 => Ok(7),
                 _ => Err("db down".to_string()),
             }
-        });
+        }).unwrap();
         let deadline = Deadline::after(LIMIT);
         assert_eq!(cache.get(deadline).await, Ok(7));
         async_io::Timer::at(cache.last_started().unwrap() + ttl).await;
@@ -291,7 +294,7 @@ on_every_executor! {
         let r = runs.clone();
         let cache = Refresh::builder("warm")
             .ttl(LONG)
-            .on_pool(&pool, move || Ok::<_, String>(r.fetch_add(1, Ordering::SeqCst) as u64));
+            .on_pool(&pool, move || Ok::<_, String>(r.fetch_add(1, Ordering::SeqCst) as u64)).unwrap();
         let deadline = Deadline::after(LIMIT);
         assert_eq!(cache.get(deadline).await, Ok(0));
         assert_eq!(cache.refresh(deadline).await, Ok(1));
@@ -308,7 +311,7 @@ on_every_executor! {
         let cache = Refresh::builder("boom").ttl(LONG).on_pool(&pool, move || -> Result<u64, String> {
             r.fetch_add(1, Ordering::SeqCst);
             panic!("collector exploded")
-        });
+        }).unwrap();
         let deadline = Deadline::after(LIMIT);
         // Awaited by its starter.
         match cache.get(deadline).await {
@@ -337,7 +340,7 @@ on_every_executor! {
 on_every_executor! {
     async fn a_closed_pool_is_not_a_collection_failure() {
         let (pool, _) = pool(1);
-        let cache = Refresh::builder("closed").on_pool(&pool, || Ok::<u64, String>(1));
+        let cache = Refresh::builder("closed").on_pool(&pool, || Ok::<u64, String>(1)).unwrap();
         pool.close();
         let err = cache.get(Deadline::after(LIMIT)).await.unwrap_err();
         assert_eq!(err, RefreshError::Closed);
@@ -351,7 +354,9 @@ fn metrics_are_registered_with_zeros_and_counted() {
     let recorder = MapRecorder::default();
     let (pool, _) = pool(1);
     let cache = metrics::with_local_recorder(&recorder, || {
-        Refresh::builder("exp").on_pool(&pool, || Ok::<u64, String>(1))
+        Refresh::builder("exp")
+            .on_pool(&pool, || Ok::<u64, String>(1))
+            .unwrap()
     });
     let get = |id: &str| recorder.get(id);
     for id in [
@@ -386,7 +391,9 @@ fn auto_traits_and_debug() {
     send_sync::<Refresh<u64, String>>();
     send_sync::<RefreshError<String>>();
     let (pool, _) = pool(1);
-    let cache = Refresh::builder("dbg").on_pool(&pool, || Ok::<u64, String>(1));
+    let cache = Refresh::builder("dbg")
+        .on_pool(&pool, || Ok::<u64, String>(1))
+        .unwrap();
     send(&cache.get(Deadline::never()));
     send(&cache.get_or_stale(Deadline::never()));
     assert!(format!("{cache:?}").contains("dbg"));
@@ -411,12 +418,13 @@ fn async_cache(
                 }
             }
         })
+        .unwrap()
 }
 
 #[test]
 fn async_collection_on_smol_outlives_its_caller_and_panics_are_reported() {
     let (handler, mut reports) = OrphanHandler::channel(8);
-    let shield = loopguard::shield::Shield::with_handler("async-refresh", handler);
+    let shield = loopguard::shield::Shield::with_handler("async-refresh", handler).unwrap();
     let (tx, rx) = smol::channel::unbounded();
     let runs = Arc::new(AtomicUsize::new(0));
     let cache = async_cache(&shield, |r| smol::spawn(r).detach(), rx, runs.clone());
@@ -458,7 +466,7 @@ fn async_collection_on_tokio() {
         .unwrap();
     let (tx, rx) = smol::channel::unbounded();
     let runs = Arc::new(AtomicUsize::new(0));
-    let shield = loopguard::shield::Shield::new("tokio-refresh");
+    let shield = loopguard::shield::Shield::new("tokio-refresh").unwrap();
     let cache = async_cache(
         &shield,
         |r| {
@@ -477,7 +485,7 @@ fn async_collection_on_tokio() {
 
 on_every_executor! {
     async fn a_dropped_runner_gives_closed_and_a_later_call_retries() {
-        let shield = loopguard::shield::Shield::new("dropping");
+        let shield = loopguard::shield::Shield::new("dropping").unwrap();
         let (tx, rx) = smol::channel::unbounded();
         let runs = Arc::new(AtomicUsize::new(0));
         let keep = Arc::new(AtomicUsize::new(0));
@@ -536,16 +544,16 @@ fn a_replaced_cached_value_whose_drop_panics_loses_nothing() {
     let runs = Arc::new(AtomicUsize::new(0));
     let second = Latch::new();
     let (r, gate) = (runs.clone(), second.clone());
-    let cache: Refresh<Bomb, String> =
-        Refresh::builder("bombs")
-            .ttl(Duration::ZERO)
-            .on_pool(&pool, move || {
-                let n = r.fetch_add(1, Ordering::SeqCst) as u32 + 1;
-                if n == 2 {
-                    gate.wait();
-                }
-                Ok(Bomb { n, armed: n == 1 })
-            });
+    let cache: Refresh<Bomb, String> = Refresh::builder("bombs")
+        .ttl(Duration::ZERO)
+        .on_pool(&pool, move || {
+            let n = r.fetch_add(1, Ordering::SeqCst) as u32 + 1;
+            if n == 2 {
+                gate.wait();
+            }
+            Ok(Bomb { n, armed: n == 1 })
+        })
+        .unwrap();
     futures_lite::future::block_on(bounded(Duration::from_secs(30), async {
         assert_eq!(cache.get(Deadline::never()).await.unwrap().n, 1);
         pool.wait_idle().await;

@@ -20,7 +20,7 @@ fn recording(name: &str) -> (Shield, Arc<Mutex<Vec<Report>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let handler = OrphanHandler::new(move |report| sink.lock().unwrap().push(report.clone()));
-    (Shield::with_handler(name, handler), seen)
+    (Shield::with_handler(name, handler).unwrap(), seen)
 }
 
 on_every_executor! {
@@ -165,7 +165,8 @@ fn spawned_and_detached_on_smol_and_tokio() {
     let shield = Shield::with_handler(
         "spawned",
         OrphanHandler::new(move |r| report_tx.lock().unwrap().send(r.clone()).unwrap()),
-    );
+    )
+    .unwrap();
     let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("smol orphan") }));
     drop(handle);
     smol::spawn(runner).detach();
@@ -259,7 +260,7 @@ fn polled_then_dropped_racing_completion_reports_exactly_once() {
 #[test]
 fn orphaned_failures_are_counted_with_the_shield_label() {
     let recorder = MapRecorder::default();
-    let shield = metrics::with_local_recorder(&recorder, || Shield::new("flusher"));
+    let shield = metrics::with_local_recorder(&recorder, || Shield::new("flusher").unwrap());
     let id = "loopguard_orphaned_failures_total{shield=flusher}";
     assert_eq!(recorder.get(id), Some(0), "registered with a zero");
     let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("x") }));
@@ -279,7 +280,7 @@ fn auto_traits_and_debug() {
     send::<Runner<futures_lite::future::Ready<u32>>>();
     unpin::<Shielded<u32>>();
     unpin::<Runner<futures_lite::future::Ready<u32>>>();
-    let shield = Shield::new("dbg");
+    let shield = Shield::new("dbg").unwrap();
     assert_eq!(shield.name(), "dbg");
     let (runner, handle) = shield.wrap(async { 1 });
     assert_eq!(
@@ -306,7 +307,7 @@ fn auto_traits_and_debug() {
 #[test]
 fn shield_errors_say_what_happened() {
     use std::error::Error as _;
-    let (runner, handle) = Shield::new("e").wrap(async { 1 });
+    let (runner, handle) = Shield::new("e").unwrap().wrap(async { 1 });
     drop(runner);
     let dropped = futures_lite::future::block_on(handle).unwrap_err();
     assert_eq!(
@@ -316,7 +317,9 @@ fn shield_errors_say_what_happened() {
     assert!(dropped.source().is_none());
 
     common::quiet_expected_panics();
-    let (runner, handle) = Shield::new("e").wrap(async { panic!("expected: boom") });
+    let (runner, handle) = Shield::new("e")
+        .unwrap()
+        .wrap(async { panic!("expected: boom") });
     futures_lite::future::block_on(runner);
     let panicked = futures_lite::future::block_on(handle).unwrap_err();
     assert_eq!(

@@ -35,7 +35,7 @@ fn recording(name: &str) -> (Shield, Arc<Mutex<Vec<Report>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let handler = OrphanHandler::new(move |report| sink.lock().unwrap().push(report.clone()));
-    (Shield::with_handler(name, handler), seen)
+    (Shield::with_handler(name, handler).unwrap(), seen)
 }
 
 const WORK: usize = 8;
@@ -181,7 +181,8 @@ fn an_orphaned_failure_counts_until_its_report_is_out() {
             let shield = s.lock().unwrap().clone().expect("set below");
             r.lock().unwrap().push(shield.in_flight());
         }),
-    );
+    )
+    .unwrap();
     *shield_slot.lock().unwrap() = Some(shield.clone());
     // Orphaned before it finished: the runner reports.
     let (runner, handle) = shield.wrap(Fallible(async { Err::<(), _>("late") }));

@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 #[test]
 fn local_work_is_spawned_and_its_handle_returned() {
     let ex = async_executor::LocalExecutor::new();
-    let shield = Shield::new("local");
+    let shield = Shield::new("local").unwrap();
     let rows = Rc::new(vec![1, 2, 3]);
     let mut spawned = 0;
     let handle = shield.spawn(async move { rows.len() }, |runner| {
@@ -50,7 +50,8 @@ fn orphaned_failure_on_executor_threads_is_reported_once() {
         OrphanHandler::new(move |r| {
             let _ = tx.lock().unwrap().send(r.kind());
         }),
-    );
+    )
+    .unwrap();
     let release = Latch::new();
     let gate = release.clone();
     let handle = shield.spawn(
@@ -82,7 +83,7 @@ fn orphaned_failure_on_executor_threads_is_reported_once() {
 #[test]
 fn a_task_dropped_instead_of_detached_cancels_the_work() {
     let ex = async_executor::LocalExecutor::new();
-    let shield = Shield::new("dropped");
+    let shield = Shield::new("dropped").unwrap();
     let handle = shield.spawn(async { 1 }, |runner| drop(ex.spawn(runner)));
     assert_eq!(
         block_on(ex.run(bounded(LIMIT, handle))),

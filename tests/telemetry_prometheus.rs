@@ -165,7 +165,7 @@ fn counts_match_what_happened_through_saturation() {
 #[test]
 fn keyed_gate_metrics_are_published() {
     let handle = recorder();
-    let gate: KeyedGate<String> = KeyedGate::new("repos");
+    let gate: KeyedGate<String> = KeyedGate::new("repos").unwrap();
     let held = gate.try_acquire("backend".to_string()).unwrap();
     assert!(gate.try_acquire("backend".to_string()).is_err());
     std::thread::sleep(Duration::from_millis(5));

@@ -161,7 +161,8 @@ fn the_same_series_as_the_metrics_facade() {
     // A refresh cache on the pool: one collection, then a hit.
     let cache = Refresh::builder("cached")
         .ttl(Duration::from_secs(3600))
-        .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+        .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()))
+        .unwrap();
     for _ in 0..2 {
         let deadline = Deadline::after(LIMIT);
         assert_eq!(block_on(cache.get(deadline)).unwrap().as_str(), "up 1\n");
@@ -169,7 +170,7 @@ fn the_same_series_as_the_metrics_facade() {
     block_on(pool.wait_idle());
 
     // A keyed gate: a busy key and a refusal.
-    let tenants = KeyedGate::<String>::new("tenants");
+    let tenants = KeyedGate::<String>::new("tenants").unwrap();
     let busy = tenants.try_acquire("a".to_string()).unwrap();
     assert!(tenants.try_acquire("a".to_string()).is_err());
     drop(tenants.try_acquire("b".to_string()).unwrap());

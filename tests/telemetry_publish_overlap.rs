@@ -86,7 +86,7 @@ fn a_stalled_publish_never_overwrites_a_later_one() {
         *held.hold.lock().unwrap() = Some((entered_tx, go_rx));
         let recorder = Arc::new(Recorder(held.clone()));
 
-        let gate: KeyedGate<&'static str> = KeyedGate::new("repos");
+        let gate: KeyedGate<&'static str> = KeyedGate::new("repos").unwrap();
         let permit = gate.try_acquire("backend").unwrap();
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Collector::new().keyed(&gate)));
@@ -186,7 +186,7 @@ fn a_recorder_that_publishes_again_neither_deadlocks_nor_loops() {
         thread::spawn(move || {
             let recorder = ReentrantRecorder(state.clone());
             metrics::with_local_recorder(&recorder, || {
-                let gate: KeyedGate<&'static str> = KeyedGate::new("repos");
+                let gate: KeyedGate<&'static str> = KeyedGate::new("repos").unwrap();
                 let _permit = gate.try_acquire("backend").unwrap();
                 *state.gate.lock().unwrap() = Some(gate.clone());
                 gate.publish_metrics();

@@ -492,7 +492,7 @@ on_smol_and_local!(
         let (handler, seen, _) = handler(None);
         let (frames, body) = unbounded();
         *handler.body.lock().unwrap() = Some(body);
-        let gate = KeyedGate::new("tenants");
+        let gate = KeyedGate::new("tenants").unwrap();
         let layer = AdmissionLayer::keyed(gate.clone(), |parts: &http::request::Parts| {
             let tenant = parts.headers.get("x-tenant");
             tenant.map_or_else(Vec::new, |v| v.as_bytes().to_vec())

@@ -55,7 +55,7 @@ fn ready<S: Service<Request<()>>>(service: &mut S) -> bool {
 #[test]
 fn a_request_waiting_for_its_key_keeps_no_other_key_from_getting_past_poll_ready() {
     block_on(bounded(WATCHDOG, async {
-        let gate = KeyedGate::new("paths");
+        let gate = KeyedGate::new("paths").unwrap();
         let path = |parts: &http::request::Parts| parts.uri.path().to_string();
         let layer = AdmissionLayer::keyed(gate, path).wait_within_deadline();
         let mut service = layer.layer(ConcurrencyLimit::new(Hello, 1));
@@ -144,7 +144,7 @@ fn an_admitted_waiter_waits_for_its_service_within_its_deadline() {
 #[test]
 fn a_keyed_request_that_waits_is_not_counted_as_refused() {
     block_on(bounded(WATCHDOG, async {
-        let gate = KeyedGate::new("paths");
+        let gate = KeyedGate::new("paths").unwrap();
         let path = |parts: &http::request::Parts| parts.uri.path().to_string();
         let waiting = AdmissionLayer::keyed(gate.clone(), path).wait_within_deadline();
         let mut service = waiting.layer(Hello);

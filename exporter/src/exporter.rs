@@ -109,6 +109,7 @@ impl Exporter {
                     })
                 })
         });
+        let cache = cache.transpose()?;
         Ok(Exporter {
             inner: Arc::new(Inner {
                 settings,

@@ -95,14 +95,13 @@ pub(crate) async fn render(
     level: u32,
 ) -> Result<Bytes, Unserved> {
     let job = move || walk(&*source, encoding, level).map(Bytes::from);
-    let failed = |err: io::Error| Unserved::Failed(err.to_string());
     match offload {
         // `Fallible`: if the scrape leaves, an `Err` of its walk still reaches the orphan
         // handler, once.
-        Offload::Pool => match pool.try_run_within(deadline, Fallible(job)).await {
-            Ok(rendered) => rendered.map_err(failed),
-            Err(err) => Err(Unserved::from(err)),
-        },
+        Offload::Pool => pool
+            .try_run_within(deadline, Fallible(job))
+            .await
+            .map_err(Unserved::from),
         Offload::Unbounded => match deadline
             .run(blocking::unblock(move || contained(job)))
             .await

@@ -88,17 +88,18 @@ impl fmt::Display for Unserved {
     }
 }
 
-impl<W> From<WithinError<W>> for Unserved {
+impl<W, E: fmt::Display> From<WithinError<W, E>> for Unserved {
     /// The outcome of `Pool::try_run_within` that is not an output.
     // `{ .. }` on unit variants: a field loopguard adds to them later breaks nothing here.
     #[allow(clippy::unneeded_struct_pattern)]
-    fn from(err: WithinError<W>) -> Unserved {
+    fn from(err: WithinError<W, E>) -> Unserved {
         match err {
             WithinError::Saturated(busy) => Unserved::Saturated {
                 retry_after_secs: busy.retry_after_secs(),
             },
             WithinError::Expired { .. } => Unserved::BudgetSpent,
             WithinError::Panicked(panic) => Unserved::Failed(panic.to_string()),
+            WithinError::Failed(err) => Unserved::Failed(err.to_string()),
             WithinError::Closed { .. } => Unserved::Closed,
             // A kind added later: nothing was served; say so without a retry hint.
             _ => Unserved::Closed,

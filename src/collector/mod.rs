@@ -69,7 +69,7 @@ use refresh::ReadRefresh;
 ///
 /// # futures_lite::future::block_on(async {
 /// let pool = loopguard::pool::Pool::builder().name("render").workers(1).build()?;
-/// let targets = loopguard::keyed::KeyedGate::<String>::new("targets");
+/// let targets = loopguard::keyed::KeyedGate::<String>::new("targets")?;
 /// let mut registry = Registry::default();
 /// registry.register_collector(Box::new(
 ///     loopguard::telemetry::Collector::new().pool(&pool).keyed(&targets),
@@ -182,9 +182,10 @@ impl Collector {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("tenants");
+    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("tenants")?;
     /// let collector = loopguard::telemetry::Collector::new().keyed(&gate);
     /// # drop(collector);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn keyed<K>(mut self, gate: &KeyedGate<K>) -> Collector
     where
@@ -203,7 +204,7 @@ impl Collector {
     /// ```
     /// let pool = loopguard::pool::Pool::builder().build()?;
     /// let cache = loopguard::refresh::Refresh::builder("registry")
-    ///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+    ///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()))?;
     /// let collector = loopguard::telemetry::Collector::new().pool(&pool).refresh(&cache);
     /// # drop(collector);
     /// # Ok::<(), std::io::Error>(())

@@ -1,5 +1,6 @@
-//! What loopguard emits, written once for every registry: the series' names and labels,
-//! the counts loopguard keeps itself ([`Counted`], [`durations`]), the gauges the loop
+//! What loopguard emits: the series' names and labels (defined here once; each primitive
+//! registers its own series with the `metrics` facade under these names, and the
+//! prometheus-client collector reads them too), the counts loopguard keeps itself ([`Counted`], [`durations`]), the gauges the loop
 //! publishes ([`Published`]), and the contained calls into the `metrics` recorder. The
 //! public side (the table of series, [`describe_metrics`], the prometheus-client
 //! collector) is `crate::telemetry`, which re-exports from here; nothing here imports it.

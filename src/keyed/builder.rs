@@ -77,8 +77,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     ///
     /// # Errors
     ///
-    /// [`io::ErrorKind::InvalidInput`] if a capacity is zero or the window is zero or too
-    /// large (the same style as [`PoolBuilder::build`](crate::pool::PoolBuilder::build)).
+    /// [`io::ErrorKind::InvalidInput`] if the name is empty or has a NUL byte, a capacity
+    /// is zero, or the window is zero or too large (the same style as
+    /// [`PoolBuilder::build`](crate::pool::PoolBuilder::build)).
     ///
     /// # Examples
     ///
@@ -89,6 +90,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// assert!(KeyedGate::<u8>::builder("repos").window(Duration::ZERO).build().is_err());
     /// ```
     pub fn build(self) -> io::Result<KeyedGate<K>> {
+        crate::name::check(super::NAME_KIND, &self.name)?;
         if self.capacity == 0 || self.overrides.values().any(|&slots| slots == 0) {
             let message = "key capacity must be at least one";
             return Err(io::Error::new(io::ErrorKind::InvalidInput, message));

@@ -21,7 +21,7 @@ const KEY: u32 = 1;
 
 /// A gate with key `KEY` held by the returned permit.
 fn held() -> (KeyedGate<u32>, KeyPermit<u32>) {
-    let gate = KeyedGate::new("model");
+    let gate = KeyedGate::new("model").unwrap();
     let permit = gate.try_acquire(KEY).expect("an idle key");
     (gate, permit)
 }
@@ -267,7 +267,7 @@ fn two_publishers_and_a_sweep_never_go_back_in_time() {
         let recorder = ValueRecorder(values.clone());
         // loom runs its threads on this OS thread: the local recorder is theirs too.
         metrics::with_local_recorder(&recorder, || {
-            let gate = KeyedGate::new("model");
+            let gate = KeyedGate::new("model").unwrap();
             drop(gate.try_acquire(KEY).expect("an idle key"));
             let later = Instant::now() + Duration::from_secs(3600);
             let publisher = {

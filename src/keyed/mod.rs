@@ -93,13 +93,14 @@ pub use permit::{Acquire, Busy, KeyPermit};
 /// use loopguard::keyed::KeyedGate;
 ///
 /// # futures_lite::future::block_on(async {
-/// let gate = KeyedGate::new("repos");
+/// let gate = KeyedGate::new("repos")?;
 /// let permit = gate.acquire("backend").await;
 /// assert!(gate.try_acquire("backend").is_err()); // busy
 /// assert!(gate.try_acquire("frontend").is_ok()); // other keys unaffected
 /// drop(permit);
 /// assert!(gate.try_acquire("backend").is_ok());
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 pub struct KeyedGate<K> {
     inner: Arc<Keys<K>>,
@@ -265,6 +266,9 @@ impl<K: Hash + Eq + Clone> Keys<K> {
     }
 }
 
+/// What [`crate::name::check`] calls a keyed gate.
+pub(super) const NAME_KIND: &str = "a keyed gate";
+
 impl<K> Clone for KeyedGate<K> {
     fn clone(&self) -> Self {
         Self {
@@ -277,21 +281,30 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// A gate named `name` (the `gate` metric label) with one slot per key and
     /// a five-second demand window.
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`](std::io::ErrorKind::InvalidInput) for a name that is
+    /// empty or has a NUL byte, as [`build`](KeyedGateBuilder::build).
+    ///
     /// # Examples
     ///
     /// ```
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate: KeyedGate<String> = KeyedGate::new("tenants");
+    /// let gate: KeyedGate<String> = KeyedGate::new("tenants")?;
     /// assert_eq!(gate.name(), "tenants");
+    /// let err = KeyedGate::<String>::new("").unwrap_err();
+    /// assert_eq!(err.to_string(), "a keyed gate name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn new(name: &str) -> Self {
-        Self::from_parts(
+    pub fn new(name: &str) -> std::io::Result<Self> {
+        crate::name::check(NAME_KIND, name)?;
+        Ok(Self::from_parts(
             name,
             1,
             HashMap::new(),
             KeyDemand::with_default_window(Instant::now()),
-        )
+        ))
     }
 
     /// A builder to set the per-key capacity, overrides and demand window.
@@ -359,8 +372,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("shards");
+    /// let gate = loopguard::keyed::KeyedGate::<u32>::new("shards")?;
     /// assert_eq!(gate.name(), "shards");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -382,12 +396,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// ```
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos")?;
     /// let permit = gate.try_acquire("backend").unwrap();
     /// let busy = gate.try_acquire("backend").unwrap_err();
     /// assert_eq!(busy.into_key(), "backend");
     /// assert_eq!(gate.rejected(), 1);
     /// drop(permit);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn try_acquire(&self, key: K) -> Result<KeyPermit<K>, Busy<K>> {
         let taken = self.try_acquire_uncounted(key);
@@ -440,12 +455,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// use loopguard::keyed::KeyedGate;
     ///
     /// # futures_lite::future::block_on(async {
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos")?;
     /// let permit = gate.acquire("backend").await;
     /// assert_eq!(gate.in_use(&"backend"), 1);
     /// drop(permit);
     /// assert_eq!(gate.in_use(&"backend"), 0);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn acquire(&self, key: K) -> Acquire<K> {
         Acquire {
@@ -461,8 +477,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// assert_eq!(gate.demand(&"backend"), 0.0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn demand(&self, key: &K) -> f64 {
         self.demand_at(key, Instant::now())
@@ -476,10 +493,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// use std::time::{Duration, Instant};
     /// use loopguard::keyed::KeyedGate;
     ///
-    /// let gate = KeyedGate::new("repos");
+    /// let gate = KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// let later = Instant::now() + Duration::from_secs(10);
     /// assert_eq!(gate.demand_at(&"backend", later), 1.0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn demand_at(&self, key: &K, now: Instant) -> f64 {
         let state = self.inner.lock();
@@ -494,11 +512,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// let demands = gate.demands();
     /// assert_eq!(demands.len(), 1);
     /// assert_eq!(demands[0].0, "backend");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn demands(&self) -> Vec<(K, f64)> {
         let now = Instant::now();
@@ -517,10 +536,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire(7).unwrap();
     /// assert_eq!(gate.in_use(&7), 1);
     /// assert_eq!(gate.in_use(&8), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn in_use(&self, key: &K) -> usize {
         self.inner
@@ -538,12 +558,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # futures_lite::future::block_on(async {
     /// use futures_lite::future;
     ///
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire(1).unwrap();
     /// let mut waiter = gate.acquire(1);
     /// assert!(future::poll_once(&mut waiter).await.is_none());
     /// assert_eq!(gate.waiting(&1), 1);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
     pub fn waiting(&self, key: &K) -> usize {
         let state = self.inner.lock();
@@ -558,10 +579,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire(1).unwrap();
     /// let _ = gate.try_acquire(1);
     /// assert_eq!(gate.rejected(), 1);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn rejected(&self) -> u64 {
         self.inner.rejected.get()
@@ -572,9 +594,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// drop(gate.try_acquire("once").unwrap());
     /// assert_eq!(gate.tracked_keys(), 1); // its demand is still recent
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn tracked_keys(&self) -> usize {
         self.inner.lock().entries.len()
@@ -585,10 +608,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// drop(gate.try_acquire("once").unwrap());
     /// gate.prune(); // too recent: kept
     /// assert_eq!(gate.tracked_keys(), 1);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn prune(&self) {
         self.prune_at(Instant::now());
@@ -601,10 +625,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// ```
     /// use std::time::{Duration, Instant};
     ///
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// drop(gate.try_acquire("once").unwrap());
     /// gate.prune_at(Instant::now() + Duration::from_secs(5));
     /// assert_eq!(gate.tracked_keys(), 0);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn prune_at(&self, now: Instant) {
         let mut state = self.inner.lock();
@@ -640,9 +665,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// gate.publish_metrics(); // a no-op without an installed recorder
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn publish_metrics(&self)
     where

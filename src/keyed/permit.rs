@@ -17,10 +17,11 @@ use crate::contain::drop_contained;
 /// # Examples
 ///
 /// ```
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos")?;
 /// let _permit = gate.try_acquire("backend").unwrap();
 /// let busy = gate.try_acquire("backend").unwrap_err();
 /// assert_eq!(busy.to_string(), "key is busy");
+/// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Busy<K> {
     pub(super) key: K,
@@ -32,9 +33,10 @@ impl<K> Busy<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire("backend").unwrap();
     /// assert_eq!(*gate.try_acquire("backend").unwrap_err().key(), "backend");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn key(&self) -> &K {
         &self.key
@@ -45,10 +47,11 @@ impl<K> Busy<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// let _permit = gate.try_acquire(String::from("backend")).unwrap();
     /// let key: String = gate.try_acquire("backend".into()).unwrap_err().into_key();
     /// assert_eq!(key, "backend");
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn into_key(self) -> K {
         self.key
@@ -75,11 +78,12 @@ impl<K> std::error::Error for Busy<K> {}
 /// # Examples
 ///
 /// ```
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos")?;
 /// let permit = gate.try_acquire("backend").unwrap();
 /// assert_eq!(*permit.key(), "backend");
 /// drop(permit);
 /// assert_eq!(gate.in_use(&"backend"), 0);
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[must_use = "the key is freed as soon as the permit is dropped"]
 pub struct KeyPermit<K: Hash + Eq> {
@@ -93,8 +97,9 @@ impl<K: Hash + Eq> KeyPermit<K> {
     /// # Examples
     ///
     /// ```
-    /// let gate = loopguard::keyed::KeyedGate::new("repos");
+    /// let gate = loopguard::keyed::KeyedGate::new("repos")?;
     /// assert_eq!(*gate.try_acquire(5).unwrap().key(), 5);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn key(&self) -> &K {
         &self.key
@@ -130,11 +135,12 @@ impl<K: Hash + Eq> fmt::Debug for KeyPermit<K> {
 ///
 /// ```
 /// # futures_lite::future::block_on(async {
-/// let gate = loopguard::keyed::KeyedGate::new("repos");
+/// let gate = loopguard::keyed::KeyedGate::new("repos")?;
 /// let acquire = gate.acquire("backend");
 /// let permit = acquire.await;
 /// # drop(permit);
-/// # });
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
 /// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<K: Hash + Eq> {

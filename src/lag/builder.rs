@@ -165,15 +165,7 @@ impl LoopLagBuilder {
 
     /// Checks the configuration.
     pub(super) fn validated(self) -> io::Result<Config> {
-        if self.name.is_empty() {
-            return Err(invalid("a loop lag's name must not be empty".to_string()));
-        }
-        if self.name.contains('\0') {
-            return Err(invalid(format!(
-                "a loop lag's name must not contain NUL bytes, got {:?}",
-                self.name
-            )));
-        }
+        crate::name::check("a loop lag", &self.name)?;
         if self.resolution.is_zero() || self.resolution > MAX_RESOLUTION {
             return Err(invalid(format!(
                 "a loop lag's resolution must be positive and at most {MAX_RESOLUTION:?}, not {:?}",

@@ -227,19 +227,13 @@ impl PoolBuilder {
     /// priority of the thread that built the pool), so that the event loop wins the CPU
     /// when both want it.
     ///
-    /// A loop and its workers at the same priority get the same share of a busy CPU, so a
-    /// burst of walks on every core slows the one thread that answers everyone: its
-    /// refusals, health checks and timers wait their turn behind the walks. At a higher
-    /// nice value the workers still use every idle cycle (an idle loop costs them nothing),
-    /// but a loop that wants the CPU gets it first. BENCHMARKS.md has the storm with and
-    /// without it.
-    ///
-    /// It is off by default, by measurement: the same value that lets the loop win lets
-    /// every other process on the machine win too. In seven storms on a shared 2-vCPU
-    /// machine, workers at nice 10 refused and answered `/healthz` faster under a
-    /// sustained load in six, but in two of them served fewer scrapes (17 and 18 against
-    /// 26) with a worse p99, losing the CPU to the load generator and other builds. Turn it on where the walks compete with their own loop rather than with
-    /// neighbours (a container of its own; the demos' exporter does).
+    /// At the loop's priority, a burst of walks on every core gets the same share of a busy
+    /// CPU as the one thread that answers everyone. At a higher nice value the workers
+    /// still use every idle cycle, but a loop that wants the CPU gets it first. It is off
+    /// by default because the same value lets every other process on the machine win too:
+    /// turn it on where the walks compete with their own loop rather than with neighbours
+    /// (a container of its own; `loopguard-exporter` does by default). BENCHMARKS.md ("Low-priority
+    /// workers") has the storms with and without it.
     ///
     /// On Linux each worker sets its own nice value when it starts
     /// (`setpriority(PRIO_PROCESS, 0)`, which acts on the calling thread only, through
@@ -290,17 +284,14 @@ impl PoolBuilder {
     /// worker the moment it wakes.
     ///
     /// [`worker_nice`](PoolBuilder::worker_nice) weighs the workers against the loop, but
-    /// a weight is not a turn. Linux's scheduler (EEVDF, since 6.6) lets a thread that has
-    /// just been given a CPU run its slice, and looks again at the scheduler tick: traced
-    /// in the storm's bursts, a loop woken behind a worker at nice 10 waited on that CPU
-    /// until the next tick, 3.9 ms at 250 Hz. A normal thread that wakes preempts an
-    /// idle-class thread of its cgroup at once, and a CPU running only idle-class threads
-    /// counts as idle where the kernel places a waking thread. In 20 storm bursts on a
-    /// 2-vCPU machine (BENCHMARKS.md, "The idle class"), the refusals' p99 fell from a
-    /// median of 4.3 ms with workers at nice 10 to 1.9 ms in the idle class, the same as
-    /// with walks that sleep instead of rendering. It is not a guarantee: a normal thread
-    /// that has used up its share may still wait behind an idle-class one until the next
-    /// tick (seen once in those traces).
+    /// a weight is not a turn: Linux's scheduler lets a thread that has just been given a
+    /// CPU run its slice, so a loop woken behind a worker may wait until the next
+    /// scheduler tick. A normal thread that wakes preempts an idle-class thread of its
+    /// cgroup at once, and a CPU running only idle-class threads counts as idle where the
+    /// kernel places a waking thread. It is not a guarantee: a normal thread that has used
+    /// up its share may still wait behind an idle-class one until the next tick.
+    /// BENCHMARKS.md ("The idle class") has the scheduler traces and the storms in each
+    /// class.
     ///
     /// On Linux each worker moves itself into the class when it starts; one that cannot (a
     /// seccomp filter, say) logs a warning and runs on in the class it has. The nice value
@@ -369,15 +360,7 @@ impl PoolBuilder {
     }
 
     pub(crate) fn validated_name(&self) -> io::Result<&str> {
-        if self.name.is_empty() {
-            return Err(invalid("a pool name must not be empty".to_string()));
-        }
-        if self.name.contains('\0') {
-            return Err(invalid(format!(
-                "a pool name must not contain NUL bytes, got {:?}",
-                self.name
-            )));
-        }
+        crate::name::check("a pool", &self.name)?;
         Ok(&self.name)
     }
 

@@ -21,7 +21,8 @@ use crate::signal::Signal;
 use crate::sync::lock;
 
 pub(crate) struct Core {
-    /// The pool's name, the gate and its accounting and its accounting: slots, demand, refusals, waits, the idle signal.
+    /// The pool's name, the gate and its accounting: slots, demand, refusals, waits, the
+    /// idle signal.
     pub(crate) limit: Limit,
     pub(crate) workers: Workers,
     pub(crate) stats: Stats,

@@ -1,5 +1,6 @@
 //! Why a pool did not run a job, or gave no output for it.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
 
@@ -47,9 +48,11 @@ impl<F> Saturated<F> {
     ///
     /// # Precision
     ///
-    /// Derived from what the pool has observed: a moving average of recent job durations
-    /// (the expected time until a running job frees its slot), never less than 1 ms and
-    /// 1 s before any job has finished. It is a hint, not a promise.
+    /// Derived from what the pool has observed: a moving average of how long its slots
+    /// were held (the expected time until a slot is free again: a job's run, or a
+    /// `for_pool` request's whole hold; see
+    /// [`PoolStats::mean_job_time`](super::PoolStats::mean_job_time)), never less than 1 ms
+    /// and 1 s before any slot came back. It is a hint, not a promise.
     /// [`retry_after_secs`](Saturated::retry_after_secs) rounds it up to whole seconds, which is
     /// always at least 1.
     ///
@@ -346,6 +349,11 @@ impl From<RunError> for std::io::Error {
 /// The error of [`Pool::try_run_within`](super::Pool::try_run_within): fail fast and a
 /// deadline in one call.
 ///
+/// `E` is the job's own error: the `Err` type of a [`Fallible`](crate::Fallible) job, whose
+/// `Err` arrives as [`WithinError::Failed`] (the future resolves to
+/// `Result<T, WithinError<W, E>>`, not to `Ok(Err(e))`), and [`Infallible`] for a plain job
+/// (`WithinError<W>`).
+///
 /// # Examples
 ///
 /// ```
@@ -366,8 +374,32 @@ impl From<RunError> for std::io::Error {
 /// # Ok::<(), std::io::Error>(())
 /// # }).unwrap();
 /// ```
+///
+/// A [`Fallible`](crate::Fallible) job, one `match` for the whole scrape:
+///
+/// ```
+/// use loopguard::Fallible;
+/// use loopguard::deadline::Deadline;
+/// use loopguard::pool::{Pool, WithinError};
+///
+/// # futures_lite::future::block_on(async {
+/// let pool = Pool::builder().workers(1).build()?;
+/// let walk = || std::fs::read_to_string("/no/such/registry");
+/// let status = match pool.try_run_within(Deadline::never(), Fallible(walk)).await {
+///     Ok(_body) => 200,
+///     Err(WithinError::Failed(err)) => {
+///         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+///         500
+///     }
+///     Err(WithinError::Saturated(_) | WithinError::Expired(_)) => 503,
+///     Err(_) => 500,
+/// };
+/// assert_eq!(status, 500);
+/// # Ok::<(), std::io::Error>(())
+/// # }).unwrap();
+/// ```
 #[non_exhaustive]
-pub enum WithinError<W> {
+pub enum WithinError<W, E = Infallible> {
     /// Every slot was held when the future was first polled: nothing was queued, and the
     /// job comes back inside.
     Saturated(Saturated<W>),
@@ -381,6 +413,11 @@ pub enum WithinError<W> {
     Expired(Spent),
     /// The job ran and panicked.
     Panicked(Panicked),
+    /// The job ran and returned this error: a [`Fallible`](crate::Fallible) job's `Err`, in
+    /// time (a late one goes to the orphan handler, and the caller gets
+    /// [`Expired`](WithinError::Expired)). Never made for a plain job (`E` is
+    /// [`Infallible`]).
+    Failed(E),
     /// The pool was closed; the job never ran and comes back inside.
     Closed(W),
     /// Every slot was held, one by the request whose handler asked: see
@@ -388,7 +425,7 @@ pub enum WithinError<W> {
     OwnSlot(W),
 }
 
-impl<W> WithinError<W> {
+impl<W, E> WithinError<W, E> {
     /// Whether this is a fail-fast refusal ([`WithinError::Saturated`]): every slot was
     /// busy, so a 503 with `Retry-After` fits. An expired budget is not a refusal.
     ///
@@ -432,8 +469,8 @@ impl<W> WithinError<W> {
     }
 }
 
-impl<W> From<TryRunError<W>> for WithinError<W> {
-    fn from(err: TryRunError<W>) -> WithinError<W> {
+impl<W, E> From<TryRunError<W>> for WithinError<W, E> {
+    fn from(err: TryRunError<W>) -> WithinError<W, E> {
         match err {
             TryRunError::Saturated(s) => WithinError::Saturated(s),
             TryRunError::Closed(w) => WithinError::Closed(w),
@@ -442,42 +479,58 @@ impl<W> From<TryRunError<W>> for WithinError<W> {
     }
 }
 
-impl<W> fmt::Debug for WithinError<W> {
+impl<W, E: fmt::Debug> fmt::Debug for WithinError<W, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => f.debug_tuple("Saturated").field(s).finish(),
             WithinError::Expired(e) => f.debug_tuple("Expired").field(e).finish(),
             WithinError::Panicked(p) => f.debug_tuple("Panicked").field(p).finish(),
+            WithinError::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
             WithinError::Closed(_) => f.write_str("Closed(..)"),
             WithinError::OwnSlot(_) => f.write_str("OwnSlot(..)"),
         }
     }
 }
 
-impl<W> fmt::Display for WithinError<W> {
+impl<W, E: fmt::Display> fmt::Display for WithinError<W, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WithinError::Saturated(s) => fmt::Display::fmt(s, f),
             WithinError::Expired(e) => fmt::Display::fmt(e, f),
             WithinError::Panicked(p) => fmt::Display::fmt(p, f),
+            WithinError::Failed(e) => write!(f, "job failed: {e}"),
             WithinError::Closed(_) => f.write_str("pool is closed"),
             WithinError::OwnSlot(_) => f.write_str(OWN_SLOT),
         }
     }
 }
 
-/// No `source()`: the `Display` of a variant is its payload's, so a chain printed by a
-/// reporter names each cause once.
-impl<W> std::error::Error for WithinError<W> {}
+/// `Display` shows the job's error, so `source()` is that error's own source (the next
+/// cause it does not print), and `None` for the other variants, whose `Display` is their
+/// payload's: a chain printed by a reporter names each cause once.
+impl<W, E: std::error::Error + 'static> std::error::Error for WithinError<W, E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WithinError::Failed(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
-impl<W> From<WithinError<W>> for std::io::Error {
-    fn from(err: WithinError<W>) -> std::io::Error {
+/// A [`WithinError::Failed`] becomes [`io::ErrorKind::Other`](std::io::ErrorKind::Other)
+/// wrapping the job's error; match it first to keep an `io::Error`'s own kind.
+impl<W, E> From<WithinError<W, E>> for std::io::Error
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn from(err: WithinError<W, E>) -> std::io::Error {
         match err {
             WithinError::Saturated(s) => TryRunError::Saturated(s).into(),
             WithinError::Closed(w) => TryRunError::Closed(w).into(),
             WithinError::OwnSlot(w) => TryRunError::OwnSlot(w).into(),
             WithinError::Expired(e) => e.into(),
             WithinError::Panicked(p) => std::io::Error::other(p),
+            WithinError::Failed(e) => std::io::Error::other(e),
         }
     }
 }

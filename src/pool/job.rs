@@ -32,11 +32,22 @@ mod sealed {
     use crate::failure::Classifier;
 
     pub trait Sealed<T> {
+        /// What `split` gives on success: `IntoJob::Value`.
+        type Value;
+
+        /// What `split` gives on a failure: `IntoJob::Error`.
+        type Error;
+
         /// Runs the job on the worker's thread.
         fn run_job(self) -> T;
 
         /// Which outputs are failures an orphaned job reports.
         fn classify() -> Classifier<T>;
+
+        /// The output as [`try_run_within`](crate::pool::Pool::try_run_within) resolves
+        /// to it: a plain job's output is its value; a `Fallible` job's `Err` is its own
+        /// error.
+        fn split(output: T) -> Result<Self::Value, Self::Error>;
     }
 }
 
@@ -74,13 +85,28 @@ mod sealed {
 /// The output is a type parameter rather than an associated type so that the futures
 /// holding a job ([`Run`](super::Run)) name it directly: `Run<F, T>` stays `Send` inside
 /// any async fn, however many borrows that fn holds.
-pub trait IntoJob<T>: sealed::Sealed<T> + Send + 'static {}
+pub trait IntoJob<T>:
+    sealed::Sealed<T, Value = <Self as IntoJob<T>>::Value, Error = <Self as IntoJob<T>>::Error>
+    + Send
+    + 'static
+{
+    /// What [`Pool::try_run_within`](super::Pool::try_run_within) resolves to when the job
+    /// succeeds: the output `T` of a plain closure, the `Ok` value of a [`Fallible`] one.
+    type Value;
+
+    /// The job's own error, [`WithinError::Failed`](super::WithinError::Failed) under
+    /// [`Pool::try_run_within`](super::Pool::try_run_within): the `Err` type of a
+    /// [`Fallible`] closure, [`Infallible`](std::convert::Infallible) for a plain one.
+    type Error;
+}
 
 impl<F, T> IntoJob<T> for F
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    type Value = T;
+    type Error = std::convert::Infallible;
 }
 
 impl<F, T> sealed::Sealed<T> for F
@@ -88,12 +114,19 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    type Value = T;
+    type Error = std::convert::Infallible;
+
     fn run_job(self) -> T {
         self()
     }
 
     fn classify() -> Classifier<T> {
         failure::never::<T>
+    }
+
+    fn split(output: T) -> Result<T, std::convert::Infallible> {
+        Ok(output)
     }
 }
 
@@ -106,6 +139,8 @@ where
     T: Send + 'static,
     E: fmt::Debug + Send + 'static,
 {
+    type Value = T;
+    type Error = E;
 }
 
 #[diagnostic::do_not_recommend]
@@ -115,12 +150,19 @@ where
     T: Send + 'static,
     E: fmt::Debug + Send + 'static,
 {
+    type Value = T;
+    type Error = E;
+
     fn run_job(self) -> Result<T, E> {
         (self.0)()
     }
 
     fn classify() -> Classifier<Result<T, E>> {
         failure::when_err::<T, E>
+    }
+
+    fn split(output: Result<T, E>) -> Result<T, E> {
+        output
     }
 }
 

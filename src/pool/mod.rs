@@ -6,9 +6,14 @@
 //! dropping it orphans the job, which runs on and keeps its slot, and whose failure reaches
 //! the pool's [`OrphanHandler`](crate::orphan::OrphanHandler) exactly once.
 //!
-//! The files of this module import downward: the handle (here) over [`Run`] and the
-//! admission path in `job`, over the shared `core` (slot accounting), the `workers`
-//! (dispatch and parking), the `monitor` (stuck jobs), `stats`, and the lock-free `gate`.
+//! The files of this module import downward. The handle (here) is on top; under it the
+//! futures, [`Run`] in `run` and [`TryRunWithin`] in `within`, over `job` (what a pool
+//! runs, the one admission path, the [`Job`] handle), `held` (the slot a request being
+//! served holds) and `estimate` (early refusal); then `core` (the state they share), over
+//! `threads` (starting the workers), `monitor` (stuck jobs), `workers` (dispatch and
+//! parking), `stats`, `builder` and `error`. Admission itself is `crate::gate`, outside
+//! this module: its fast paths are one compare-and-exchange, its waiters wait in a locked
+//! FIFO.
 
 mod builder;
 mod core;
@@ -153,11 +158,13 @@ impl Pool {
     /// Admits `job` if a slot is free and nobody is waiting for one, and starts it at once on
     /// a worker thread.
     ///
-    /// Never awaits. A refusal is one atomic load of the gate's word: it takes no lock,
+    /// Never awaits. A refusal is a few atomic operations (a load of the gate's word, an add
+    /// to the refusal count, a load of the hold average behind
+    /// [`retry_after`](Saturated::retry_after)) and one thread-local read: it takes no lock,
     /// allocates nothing, queues nothing, and hands the job back inside the error (an
-    /// admission is one compare-and-exchange on that word). An admission allocates the job's hand-off (one allocation) and takes two
-    /// short, uncontended-in-practice locks (the demand signal's and the dispatch queue's)
-    /// to hand the job to a worker. While callers wait in [`run`](Pool::run), `try_run`
+    /// admission is one compare-and-exchange on that word). An admission allocates the job's
+    /// hand-off (one allocation) and takes two short, uncontended-in-practice locks (the
+    /// demand signal's and the dispatch queue's) to hand the job to a worker. While callers wait in [`run`](Pool::run), `try_run`
     /// refuses, so a loop of `try_run` calls cannot starve them.
     ///
     /// # Errors
@@ -197,9 +204,11 @@ impl Pool {
     ///   on, orphaned, keeps its slot until its thread is done, and a failure of it is
     ///   reported to the orphan handler, once.
     /// - An output delivered after the deadline is refused the same way.
+    /// - In time, a plain job's output is the value; a [`Fallible`](crate::Fallible) job
+    ///   resolves flat, to its `Ok` value or its own `Err` in [`WithinError::Failed`].
     ///
     /// An exporter's whole scrape is then one `match`, with a refusal (503 and
-    /// `Retry-After`) told apart from a spent budget.
+    /// `Retry-After`) told apart from a spent budget and from a failed walk.
     ///
     /// # Cancel safety
     ///

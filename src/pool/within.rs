@@ -21,7 +21,9 @@ enum Phase<W, T> {
 }
 
 /// Future of [`Pool::try_run_within`](super::Pool::try_run_within): admits the job at its
-/// first poll or refuses at once, then resolves to the job's output within the deadline.
+/// first poll or refuses at once, then resolves to the job's output within the deadline:
+/// a plain job's output, or a [`Fallible`](crate::Fallible) job's `Ok` value with its `Err`
+/// in [`WithinError::Failed`] (flat, so that a scrape is one `match`).
 ///
 /// The late rule is the one of [`Run`](super::Run): an output delivered after the deadline
 /// is refused ([`WithinError::Expired`], [`Phase::Running`](crate::deadline::Phase::Running)); a refused failure goes to the orphan handler,
@@ -87,7 +89,9 @@ impl<W, T> fmt::Debug for TryRunWithin<W, T> {
 }
 
 impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
-    type Output = Result<T, WithinError<W>>;
+    /// A plain job's output, or a [`Fallible`](crate::Fallible) job's `Ok` value with its
+    /// `Err` in [`WithinError::Failed`]: `Result<T, WithinError<W>>` for a plain job.
+    type Output = Result<<W as IntoJob<T>>::Value, WithinError<W, <W as IntoJob<T>>::Error>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -122,7 +126,10 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
                             job.report_refused(result, elapsed);
                             return Poll::Ready(Err(WithinError::Expired(Spent::RUNNING)));
                         }
-                        return Poll::Ready(result.map_err(WithinError::Panicked));
+                        return Poll::Ready(match result {
+                            Ok(output) => W::split(output).map_err(WithinError::Failed),
+                            Err(panicked) => Err(WithinError::Panicked(panicked)),
+                        });
                     }
                     match this.deadline.instant() {
                         Some(at) if poll_timer(&mut this.timer, at, cx) => continue,

@@ -1,6 +1,7 @@
 //! `RefreshBuilder`: a cache's name, TTLs and where its collections run.
 
 use std::future::Future;
+use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// let cache = loopguard::refresh::Refresh::builder("bloat")
 ///     .ttl(Duration::from_secs(300))
 ///     .failure_ttl(Duration::from_secs(60))
-///     .on_pool(&pool, || Ok::<u64, std::io::ErrorKind>(42));
+///     .on_pool(&pool, || Ok::<u64, std::io::ErrorKind>(42))?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -73,10 +74,22 @@ impl RefreshBuilder {
     /// A cache whose collections run `collect` on a worker thread of `pool`. The starting
     /// caller waits for a slot within its deadline; see the [module docs](super).
     ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for a name that is empty or has a NUL byte; nothing
+    /// is registered then.
+    ///
     /// # Examples
     ///
-    /// See [`Refresh`].
-    pub fn on_pool<T, E, F>(self, pool: &Pool, collect: F) -> Refresh<T, E>
+    /// See [`Refresh`], and:
+    ///
+    /// ```
+    /// # let pool = loopguard::pool::Pool::builder().build()?;
+    /// let err = loopguard::refresh::Refresh::builder("").on_pool(&pool, || Ok::<u8, String>(1));
+    /// assert_eq!(err.unwrap_err().to_string(), "a refresh cache name must not be empty");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn on_pool<T, E, F>(self, pool: &Pool, collect: F) -> io::Result<Refresh<T, E>>
     where
         T: Clone + Send + Sync + 'static,
         E: Clone + Send + Sync + 'static,
@@ -92,6 +105,10 @@ impl RefreshBuilder {
     /// is dropped without finishing, callers waiting for it get
     /// [`RefreshError::Closed`](super::RefreshError::Closed).
     ///
+    /// # Errors
+    ///
+    /// As for [`on_pool`](RefreshBuilder::on_pool).
+    ///
     /// # Examples
     ///
     /// ```
@@ -104,15 +121,21 @@ impl RefreshBuilder {
     /// let ex = Arc::new(async_executor::Executor::new());
     /// let spawner = ex.clone();
     /// let cache = Refresh::builder("catalog").spawned(
-    ///     &Shield::new("catalog-refresh"),
+    ///     &Shield::new("catalog-refresh")?,
     ///     move |runner| spawner.spawn(runner).detach(),
     ///     || async { Ok::<_, String>(vec!["a", "b"]) },
-    /// );
+    /// )?;
     /// let items = ex.run(cache.get(Deadline::never())).await.unwrap();
     /// assert_eq!(items.len(), 2);
-    /// # });
+    /// # Ok::<(), std::io::Error>(())
+    /// # }).unwrap();
     /// ```
-    pub fn spawned<T, E, S, F, Fut>(self, shield: &Shield, spawn: S, collect: F) -> Refresh<T, E>
+    pub fn spawned<T, E, S, F, Fut>(
+        self,
+        shield: &Shield,
+        spawn: S,
+        collect: F,
+    ) -> io::Result<Refresh<T, E>>
     where
         T: Clone + Send + Sync + 'static,
         E: Clone + Send + Sync + 'static,
@@ -125,6 +148,10 @@ impl RefreshBuilder {
             self,
             Source::Spawned(shield.clone(), Box::new(spawn), Box::new(collect)),
         )
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
     }
 
     pub(super) fn parts(self) -> (Arc<str>, Duration, Duration) {

@@ -21,7 +21,7 @@ use crate::failure::Panicked;
 /// use loopguard::refresh::{Refresh, RefreshError};
 ///
 /// let pool = Pool::builder().workers(1).build()?;
-/// let cache = Refresh::builder("up").on_pool(&pool, || Ok::<_, String>(1));
+/// let cache = Refresh::builder("up").on_pool(&pool, || Ok::<_, String>(1))?;
 /// let late = cache.get(Deadline::after(std::time::Duration::ZERO)).await.unwrap_err();
 /// assert!(late.is_expired() && !late.is_failure());
 /// assert!(matches!(late, RefreshError::Expired(spent) if spent.phase() == Phase::InLine));
@@ -118,7 +118,7 @@ impl<E: std::error::Error + 'static> std::error::Error for RefreshError<E> {
 /// use std::time::Duration;
 ///
 /// let pool = Pool::builder().workers(1).build()?;
-/// let cache = Refresh::builder("up").ttl(Duration::from_secs(5)).on_pool(&pool, || Ok::<_, String>(1));
+/// let cache = Refresh::builder("up").ttl(Duration::from_secs(5)).on_pool(&pool, || Ok::<_, String>(1))?;
 /// let served = cache.get_or_stale(Deadline::after(Duration::from_secs(1))).await.unwrap();
 /// assert!(!served.is_stale());
 /// assert!(served.age() < Duration::from_secs(5));
@@ -186,7 +186,7 @@ impl<T, E> Served<T, E> {
 ///
 /// ```
 /// # let pool = loopguard::pool::Pool::builder().build()?;
-/// let cache = loopguard::refresh::Refresh::builder("c").on_pool(&pool, || Ok::<u8, String>(1));
+/// let cache = loopguard::refresh::Refresh::builder("c").on_pool(&pool, || Ok::<u8, String>(1))?;
 /// assert_eq!(cache.stats().runs_ok, 0);
 /// # Ok::<(), std::io::Error>(())
 /// ```

@@ -53,6 +53,7 @@ mod flight;
 
 use std::fmt;
 use std::future::Future;
+use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -121,7 +122,7 @@ enum Step<T, E> {
 /// let registry = Refresh::builder("registry")
 ///     .ttl(Duration::from_secs(10))
 ///     .failure_ttl(Duration::from_secs(30))
-///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()));
+///     .on_pool(&pool, || Ok::<_, String>("up 1\n".to_string()))?;
 ///
 /// // In the /metrics handler, with the scrape's budget:
 /// let deadline = Deadline::after(Duration::from_secs(5));
@@ -172,7 +173,7 @@ impl Refresh<(), ()> {
     ///
     /// ```
     /// # let pool = loopguard::pool::Pool::builder().build()?;
-    /// let cache = loopguard::refresh::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0));
+    /// let cache = loopguard::refresh::Refresh::builder("sizes").on_pool(&pool, || Ok::<u64, String>(0))?;
     /// assert_eq!(cache.name(), "sizes");
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -227,7 +228,7 @@ where
     /// # let pool = loopguard::pool::Pool::builder().build()?;
     /// use loopguard::deadline::Deadline;
     /// use loopguard::refresh::Refresh;
-    /// let cache = Refresh::builder("warm").on_pool(&pool, || Ok::<u8, String>(1));
+    /// let cache = Refresh::builder("warm").on_pool(&pool, || Ok::<u8, String>(1))?;
     /// cache.refresh(Deadline::never()).await.unwrap();
     /// cache.refresh(Deadline::never()).await.unwrap();
     /// assert_eq!(cache.stats().runs_ok, 2, "each forced refresh collects");
@@ -293,7 +294,7 @@ where
     /// use loopguard::refresh::Refresh;
     /// use std::time::Duration;
     ///
-    /// let cache = Refresh::builder("peek").ttl(Duration::from_secs(60)).on_pool(&pool, || Ok::<u8, String>(1));
+    /// let cache = Refresh::builder("peek").ttl(Duration::from_secs(60)).on_pool(&pool, || Ok::<u8, String>(1))?;
     /// assert_eq!(cache.peek(), None);
     /// cache.get(Deadline::never()).await.unwrap();
     /// assert_eq!(cache.peek(), Some(1));
@@ -317,7 +318,7 @@ where
     /// use std::time::{Duration, Instant};
     ///
     /// let ttl = Duration::from_secs(10);
-    /// let cache = Refresh::builder("peek").ttl(ttl).on_pool(&pool, || Ok::<u8, String>(1));
+    /// let cache = Refresh::builder("peek").ttl(ttl).on_pool(&pool, || Ok::<u8, String>(1))?;
     /// assert_eq!(cache.peek_at(Instant::now()), None);
     /// cache.get(Deadline::never()).await.unwrap();
     /// let started = cache.last_started().unwrap();
@@ -524,14 +525,15 @@ impl<T, E> Refresh<T, E> {
 }
 
 /// Builds the cache from a finished builder.
-fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E> {
+fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> io::Result<Refresh<T, E>> {
+    crate::name::check("a refresh cache", builder.name())?;
     let (name, ttl, failure_ttl) = builder.parts();
     let core = Arc::new(CacheCore {
         state: flight::Mutex::new(flight::CacheState::new()),
         event: crate::signal::Signal::new(),
         counters: builder::register(&name),
     });
-    Refresh {
+    Ok(Refresh {
         inner: Arc::new(Cache {
             name,
             ttl,
@@ -539,5 +541,5 @@ fn assemble<T, E>(builder: RefreshBuilder, source: Source<T, E>) -> Refresh<T, E
             core,
             source,
         }),
-    }
+    })
 }

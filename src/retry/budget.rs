@@ -192,7 +192,7 @@ impl RetryBudget {
     ///
     /// # Errors
     ///
-    /// [`io::ErrorKind::InvalidInput`] for an empty name, or a budget already named or
+    /// [`io::ErrorKind::InvalidInput`] for an empty name or one with a NUL byte, or a budget already named or
     /// used (its clones included).
     ///
     /// # Examples
@@ -207,11 +207,7 @@ impl RetryBudget {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn named(self, name: &str) -> io::Result<RetryBudget> {
-        if name.is_empty() {
-            return Err(invalid(
-                "a retry budget's name must not be empty".to_string(),
-            ));
-        }
+        crate::name::check("a retry budget", name)?;
         if self.inner.series.set(Series::new(name)).is_err() {
             return Err(invalid(format!(
                 "a retry budget is named before its first use; this one is {:?} already",

@@ -65,8 +65,8 @@ impl AdmissionLayer<Limited> {
     ///
     /// # Errors
     ///
-    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above 65 536, or an empty
-    /// name.
+    /// [`io::ErrorKind::InvalidInput`] for a capacity of 0 or above 65 536, or a name that
+    /// is empty or has a NUL byte.
     ///
     /// # Examples
     ///
@@ -84,11 +84,7 @@ impl AdmissionLayer<Limited> {
                 "an admission layer's capacity must be between 1 and {MAX_CAPACITY}, not {capacity}"
             )));
         }
-        if name.is_empty() {
-            return Err(invalid(
-                "an admission layer's name must not be empty".into(),
-            ));
-        }
+        crate::name::check("an admission layer", name)?;
         let limit = Limit::new(name.into(), capacity, Demand::default());
         Ok(AdmissionLayer::with_mode(Limited {
             limit: Arc::new(limit),

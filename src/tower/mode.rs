@@ -109,10 +109,11 @@ where
 /// use loopguard::tower::AdmissionLayer;
 ///
 /// // One walk per target at a time; other targets unaffected.
-/// let layer = AdmissionLayer::keyed(KeyedGate::new("targets"), |parts: &http::request::Parts| {
+/// let layer = AdmissionLayer::keyed(KeyedGate::new("targets")?, |parts: &http::request::Parts| {
 ///     parts.uri.path().to_string()
 /// });
 /// # let _ = layer;
+/// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Keyed<K, F> {
     gate: KeyedGate<K>,

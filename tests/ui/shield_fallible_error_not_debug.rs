@@ -5,6 +5,6 @@ use loopguard::shield::Shield;
 struct NotDebug;
 
 fn main() {
-    let shield = Shield::new("flush");
+    let shield = Shield::new("flush").unwrap();
     let _parts = shield.wrap(Fallible(async { Err::<u32, NotDebug>(NotDebug) }));
 }

@@ -4,6 +4,6 @@
 use loopguard::shield::Shield;
 
 fn main() {
-    let shield = Shield::new("flush");
+    let shield = Shield::new("flush").unwrap();
     shield.wrap(async { 1 });
 }

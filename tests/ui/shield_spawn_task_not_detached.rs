@@ -4,6 +4,6 @@ use loopguard::shield::Shield;
 
 fn main() {
     let ex = async_executor::LocalExecutor::new();
-    let shield = Shield::new("flush");
+    let shield = Shield::new("flush").unwrap();
     let _handle = shield.spawn(async { 1 }, |runner| ex.spawn(runner));
 }

@@ -222,7 +222,7 @@ impl Client {
                     idle: Mutex::new(Vec::new()),
                     slots: Arc::new(Semaphore::new(config.pool_size.max(1))),
                 },
-                operation: Operation::new("catalog"),
+                operation: Operation::new("catalog").map_err(|e| e.to_string())?,
                 spawn,
                 events,
             }),

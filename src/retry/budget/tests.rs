@@ -135,7 +135,7 @@ fn names_are_checked_and_fixed_at_first_use() {
     let b = budget(Duration::from_secs(10), 1, 0.1);
     let err = b.clone().named("").unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-    assert_eq!(err.to_string(), "a retry budget's name must not be empty");
+    assert_eq!(err.to_string(), "a retry budget name must not be empty");
     let used = budget(Duration::from_secs(10), 1, 0.1);
     used.deposit();
     let err = used.named("late").unwrap_err();
