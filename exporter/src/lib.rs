@@ -71,9 +71,11 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod builder;
+mod coalesce;
 mod conns;
 mod encoding;
 mod exporter;
+mod handler_series;
 mod offload;
 mod routes;
 mod sliced;
@@ -81,8 +83,8 @@ mod source;
 mod status;
 
 pub use builder::{ExporterBuilder, POOL_NAME};
-pub use encoding::{Encoding, GZIP_LEVEL};
+pub use encoding::{Encoding, GZIP_LEVEL, ZSTD_LEVEL};
 pub use exporter::{Exporter, Serve};
 pub use offload::{Offload, walk};
-pub use source::{OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
+pub use source::{Format, OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
 pub use status::Unserved;
