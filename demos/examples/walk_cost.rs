@@ -22,8 +22,9 @@
 //! Last, gzip against zstd side by side (`--compression-only`: this part alone): a scrape's
 //! walk exactly as a worker runs it (`loopguard_exporter::walk`: the kept buffer, then gzip
 //! at `GZIP_LEVEL` or zstd at `ZSTD_LEVEL` from it), plain, gzip and zstd in turn each
-//! round (the order rotating), timed by this thread's CPU clock; the body's bytes, and the
-//! CPU the compression adds (the walk's less the plain walk's of the same round).
+//! round (the order rotating), timed by this thread's CPU clock: the whole walk's CPU and
+//! the body's bytes; and the compression's CPU alone, from the same walk of a source that
+//! copies one rendering (its gzip or zstd walk less its plain walk of the same round).
 //!
 //! With `--json` the last line is machine-readable: `walks` as before, `scrapes` for the
 //! before/after side by side, `compression` for gzip against zstd.
@@ -39,7 +40,7 @@ use loopguard_demos::cli;
 use loopguard_demos::registry::{
     Encoding, Format, gzip_at, recorder, register_series, render_lean, render_plain,
 };
-use loopguard_exporter::{GZIP_LEVEL, ZSTD_LEVEL, walk};
+use loopguard_exporter::{GZIP_LEVEL, PROMETHEUS_TEXT, Source, ZSTD_LEVEL, render_fn, walk};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rustix::time::{ClockId, clock_gettime};
 
@@ -157,13 +158,13 @@ const USAGE: &str = "walk_cost [--series 10000,100000] [--rounds 7] [--json] [--
 /// the median CPU ms it adds to the plain walk of the same round (the first encoding must
 /// be `Identity`), and the body's bytes.
 fn compression_costs<const N: usize>(
-    handle: &PrometheusHandle,
+    source: &dyn Source,
     encodings: [Encoding; N],
     rounds: usize,
 ) -> [(f64, f64, usize); N] {
     let once = |encoding| {
         let t0 = thread_cpu();
-        let body = walk(handle, Format::PrometheusText, encoding, GZIP_LEVEL).expect("a walk");
+        let body = walk(source, Format::PrometheusText, encoding, GZIP_LEVEL).expect("a walk");
         (thread_cpu() - t0, body.len())
     };
     for encoding in encodings {
@@ -265,22 +266,29 @@ fn main() {
             "encoding", "walk CPU ms", "compress CPU ms", "bytes", "ratio"
         );
         let encodings = [Encoding::Identity, Encoding::Gzip, Encoding::Zstd];
-        let costs = compression_costs(&handle, encodings, rounds);
-        let plain_bytes = costs[0].2;
-        for (name, (cpu_ms, added_ms, bytes)) in ["identity", "gzip", "zstd"].into_iter().zip(costs)
-        {
+        // The compression alone: the same walk of a source that copies one rendering.
+        let rendering = handle.render().into_bytes();
+        let copied = render_fn(PROMETHEUS_TEXT, move |buffer| {
+            buffer.extend_from_slice(&rendering);
+            Ok(())
+        });
+        let packed = compression_costs(&copied, encodings, rounds);
+        let walked = compression_costs(&handle, encodings, rounds);
+        let plain_bytes = walked[0].2;
+        let names = ["identity", "gzip", "zstd"];
+        for (i, name) in names.into_iter().enumerate() {
+            let ((cpu_ms, _, bytes), (_, added_ms, _)) = (walked[i], packed[i]);
             let ratio = plain_bytes as f64 / bytes.max(1) as f64;
             println!("{name:>9} {cpu_ms:>12.1} {added_ms:>16.1} {bytes:>12} {ratio:>6.1}x");
             compression.push(format!(
                 "{{\"series\":{series},\"encoding\":\"{name}\",\"walk_cpu_ms\":{cpu_ms:.3},\"compress_cpu_ms\":{added_ms:.3},\"body_bytes\":{bytes}}}"
             ));
         }
-        let (gzip, zstd) = (costs[1], costs[2]);
         println!(
             "zstd/gzip: bytes {:.2}x, compression CPU {:.2}x, walk CPU {:.2}x",
-            zstd.2 as f64 / gzip.2 as f64,
-            zstd.1 / gzip.1,
-            zstd.0 / gzip.0
+            walked[2].2 as f64 / walked[1].2 as f64,
+            packed[2].1 / packed[1].1,
+            walked[2].0 / walked[1].0
         );
     }
     drop(gauges);
