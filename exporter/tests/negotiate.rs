@@ -26,6 +26,8 @@ fn decoded(answer: &common::Answer) -> Option<Vec<u8>> {
             Some(plain)
         }
         Some("zstd") => {
+            // A zstd frame (the tool decodes gzip too: the magic number tells them apart).
+            assert_eq!(answer.body[..4], [0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
             let zstd = tool("zstd")?;
             let (ok, plain, stderr) = pipe(&zstd, &["-d", "-c", "-q"], &answer.body);
             assert!(ok, "zstd -d: {stderr}");
