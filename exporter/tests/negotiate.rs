@@ -173,6 +173,7 @@ on_every_executor! {
     }
 }
 
+#[cfg(feature = "metrics-exporter-prometheus")]
 on_every_executor! {
     async fn a_recorder_writes_prometheus_text_whatever_is_asked() {
         let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
