@@ -65,26 +65,18 @@ impl Encoding {
             return Encoding::Identity;
         };
         // The quality of each entry we know, and of `*`: the highest given.
-        let (mut gzip, mut zstd, mut identity, mut any) =
-            (None::<f32>, None::<f32>, None::<f32>, None::<f32>);
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or_default().trim();
+        let [gzip, zstd, identity, any] = weights(value, |coding| {
             let is = |name: &str| coding.eq_ignore_ascii_case(name);
-            let slot = if is("gzip") || is("x-gzip") {
-                &mut gzip
+            if is("gzip") || is("x-gzip") {
+                Some(0)
             } else if is("zstd") {
-                &mut zstd
+                Some(1)
             } else if is("identity") {
-                &mut identity
-            } else if coding == "*" {
-                &mut any
+                Some(2)
             } else {
-                continue;
-            };
-            let q = quality(parts);
-            *slot = Some(slot.map_or(q, |seen| seen.max(q)));
-        }
+                (coding == "*").then_some(3)
+            }
+        });
         // In the order ties are broken: the first of the highest weight wins.
         let offered = [
             (Encoding::Gzip, gzip.or(any)),
@@ -113,8 +105,27 @@ impl Encoding {
     }
 }
 
+/// The highest quality given to each of `N` names in a comma-separated list of entries
+/// (`name;param;q=…`, as `Accept` and `Accept-Encoding` write them): `slot` says which
+/// name an entry's (trimmed) name is, if any.
+pub(crate) fn weights<const N: usize>(
+    value: &str,
+    slot: impl Fn(&str) -> Option<usize>,
+) -> [Option<f32>; N] {
+    let mut weights = [None::<f32>; N];
+    for item in value.split(',') {
+        let mut parts = item.split(';');
+        let Some(i) = slot(parts.next().unwrap_or_default().trim()) else {
+            continue;
+        };
+        let q = quality(parts);
+        weights[i] = Some(weights[i].map_or(q, |seen| seen.max(q)));
+    }
+    weights
+}
+
 /// The `q` parameter of an entry (1 without one; 0 if it is not a number).
-pub(crate) fn quality<'a>(params: impl Iterator<Item = &'a str>) -> f32 {
+fn quality<'a>(params: impl Iterator<Item = &'a str>) -> f32 {
     let mut q = 1.0;
     for param in params {
         let param = param.trim();

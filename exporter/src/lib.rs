@@ -89,7 +89,7 @@
 //! |---|---|---|
 //! | `metrics-exporter-prometheus` | on | `impl Source for PrometheusHandle` |
 //! | `prometheus-client` | off | `impl Source for Arc<prometheus_client::registry::Registry>` |
-//! | `zstd` | off | zstd offered beside gzip; the `zstd` crate builds libzstd's C sources (a C compiler, about 20 s here) |
+//! | `zstd` | off | zstd offered beside gzip; the `zstd` crate builds libzstd's C sources (a C compiler; 7 s on two cores here) |
 //!
 //! # Executors
 //!

@@ -42,20 +42,13 @@ impl Format {
         let Some(value) = accept.and_then(|v| std::str::from_utf8(v).ok()) else {
             return Format::PrometheusText;
         };
-        let (mut openmetrics, mut text) = (None::<f32>, None::<f32>);
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let media = parts.next().unwrap_or_default().trim();
-            let slot = if media.eq_ignore_ascii_case("application/openmetrics-text") {
-                &mut openmetrics
-            } else if media.eq_ignore_ascii_case("text/plain") {
-                &mut text
+        let [openmetrics, text] = crate::encoding::weights(value, |media| {
+            if media.eq_ignore_ascii_case("application/openmetrics-text") {
+                Some(0)
             } else {
-                continue;
-            };
-            let q = crate::encoding::quality(parts);
-            *slot = Some(slot.map_or(q, |seen| seen.max(q)));
-        }
+                media.eq_ignore_ascii_case("text/plain").then_some(1)
+            }
+        });
         match openmetrics {
             Some(q) if q > 0.0 && q >= text.unwrap_or(0.0) => Format::OpenMetricsText,
             _ => Format::PrometheusText,
