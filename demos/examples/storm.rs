@@ -34,7 +34,9 @@
 //!
 //! Reported per run: served (200), rejected (503 + `Retry-After`: refused at once, no free
 //! slot) and expired (504: the scrape's budget ran out first) counts and latencies, walks run,
-//! `/healthz` p99 during the load, and the server's peak RSS. A latency runs from a scrape's
+//! `/healthz` p99 during the load, the server's peak RSS, and its loop's lag p99 and max
+//! (`loop_lag_p99_ms`, `loop_lag_max_ms`: the exporter's own probe, 10 ms resolution, over
+//! the run; `null` for a server without one). A latency runs from a scrape's
 //! first byte sent to its answer read; the client reads 64 answers one after the other on the
 //! server's own machine, so the JSON also gives the refusals' and the 200s' p99 to the
 //! moment the kernel received each answer (`rejected_p99_arrival_ms`,
@@ -216,8 +218,13 @@ fn json_object(row: &Row, extra: &str) -> String {
     let class = row
         .priority
         .map_or("null".to_string(), |p| format!("\"{}\"", p.class()));
+    let (lag_p99, lag_max) = run
+        .loop_lag_ms
+        .map_or(("null".into(), "null".into()), |(p, m)| {
+            (format!("{p:.3}"), format!("{m:.3}"))
+        });
     format!(
-        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"rejected_p99_arrival_ms\":{:.3},\"served_p99_arrival_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"other\":{},\"unstamped\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
+        "{{{extra}\"name\":\"{name}\",\"served\":{},\"rejected\":{},\"expired\":{},\"walks\":{},\"served_p50_ms\":{:.3},\"served_p99_ms\":{:.3},\"rejected_p99_ms\":{:.3},\"expired_p99_ms\":{:.3},\"rejected_p99_arrival_ms\":{:.3},\"served_p99_arrival_ms\":{:.3},\"healthz_p99_ms\":{:.3},\"peak_rss_mib\":{:.1},\"loop_lag_p99_ms\":{lag_p99},\"loop_lag_max_ms\":{lag_max},\"other\":{},\"unstamped\":{},\"worker_nice\":{nice},\"worker_class\":{class}}}",
         run.served.len(),
         run.rejected.len(),
         run.expired.len(),
@@ -330,7 +337,7 @@ fn main() {
     }
     println!();
     println!(
-        "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>9}",
+        "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>10} {:>10} {:>9}",
         "series",
         "load",
         "mode",
@@ -344,12 +351,14 @@ fn main() {
         "served p99",
         "503 p99",
         "healthz p99",
+        "lag p99",
+        "lag max",
         "peak RSS"
     );
     for row in &rows {
         let r = &row.run;
         println!(
-            "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>6.0} MiB",
+            "{:>7} {:<9} {:<20} {:>6} {:>4} {:>6} {:>8} {:>7} {:>6} {:>11} {:>11} {:>10} {:>11} {:>10} {:>10} {:>6.0} MiB",
             row.series,
             row.load.name(),
             row.mode.name(),
@@ -363,6 +372,10 @@ fn main() {
             ms(&r.served, 0.99),
             ms(&r.rejected, 0.99),
             ms(&r.healthz, 0.99),
+            r.loop_lag_ms
+                .map_or("-".into(), |(p99, _)| format!("{p99:.1} ms")),
+            r.loop_lag_ms
+                .map_or("-".into(), |(_, max)| format!("{max:.1} ms")),
             r.peak_rss_kib as f64 / 1024.0,
         );
     }

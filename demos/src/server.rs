@@ -192,6 +192,11 @@ impl Shared {
             .clone()
     }
 
+    /// The exporter's loop lag (its default probe), read now.
+    pub fn loop_lag(&self) -> Option<loopguard::lag::LagStats> {
+        self.exporter.loop_lag().map(|lag| lag.stats())
+    }
+
     /// Connections open now.
     pub fn connections(&self) -> usize {
         self.exporter.connections()

@@ -74,6 +74,9 @@ pub struct Run {
     pub walks: u64,
     /// The server's peak resident set, KiB (0 where unknown).
     pub peak_rss_kib: u64,
+    /// The server's loop lag, p99 and max, ms, from its own probe over the run (the
+    /// exporter's default `LoopLag`); `None` for a server without one (the Go reference).
+    pub loop_lag_ms: Option<(f64, f64)>,
 }
 
 /// The `q` quantile (nearest rank) of sorted values; 0.0 when empty.
@@ -93,7 +96,7 @@ pub fn peak_rss_kib() -> Option<u64> {
 }
 
 /// The server side, in the child: serves `config` until its stdin closes, then prints one
-/// JSON line with the scrape walks it ran and its peak RSS.
+/// JSON line with the scrape walks it ran, its peak RSS and its loop's lag.
 pub fn serve_child(config: Config) -> io::Result<()> {
     let registry = Arc::new(Registry::new(config.series, config.walk_delay)?);
     let exporter = Exporter::spawn(config, registry.clone())?;
@@ -101,9 +104,19 @@ pub fn serve_child(config: Config) -> io::Result<()> {
     io::stdout().flush()?;
     // The parent closes our stdin when its load is done.
     io::stdin().read_to_end(&mut Vec::new())?;
+    // Read before the stop: the probe ends with the serve.
+    let lag = exporter.shared().loop_lag();
     exporter.stop()?;
+    let lag = lag.map_or(String::new(), |l| {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        format!(
+            ",\"loop_lag_p99_ms\":{:.3},\"loop_lag_max_ms\":{:.3}",
+            ms(l.p99),
+            ms(l.max)
+        )
+    });
     println!(
-        "{{\"walks\":{},\"peak_rss_kib\":{}}}",
+        "{{\"walks\":{},\"peak_rss_kib\":{}{lag}}}",
         registry.walks(WalkKind::Scrape),
         peak_rss_kib().unwrap_or(0)
     );
@@ -126,7 +139,8 @@ pub fn spawn_child(args: &[String]) -> io::Result<ChildServer> {
 
 /// Starts `program` with `args` and waits for its address: any server that prints
 /// `listening on http://ADDR` first, serves until its stdin closes, then prints
-/// `{"walks":N,"peak_rss_kib":N}` (the Go reference in `demos/go/` does).
+/// `{"walks":N,"peak_rss_kib":N}` (the Go reference in `demos/go/` does), and
+/// `"loop_lag_p99_ms"` and `"loop_lag_max_ms"` where it measures its loop.
 pub fn spawn_server(program: &std::path::Path, args: &[String]) -> io::Result<ChildServer> {
     let mut child = Command::new(program)
         .args(args)
@@ -153,13 +167,16 @@ impl ChildServer {
             stdout.read_to_string(&mut out)?;
         }
         self.child.wait()?;
-        let number = |key: &str| -> Option<u64> {
+        let field = |key: &str| -> Option<String> {
             let at = out.find(&format!("\"{key}\":"))? + key.len() + 3;
-            let digits: String = out[at..].chars().take_while(char::is_ascii_digit).collect();
-            digits.parse().ok()
+            let digits = |c: &char| c.is_ascii_digit() || *c == '.';
+            Some(out[at..].chars().take_while(digits).collect())
         };
+        let number = |key: &str| field(key)?.parse::<u64>().ok();
+        let real = |key: &str| field(key)?.parse::<f64>().ok();
         run.walks = number("walks").ok_or_else(|| io::Error::other(out.clone()))?;
         run.peak_rss_kib = number("peak_rss_kib").unwrap_or(0);
+        run.loop_lag_ms = real("loop_lag_p99_ms").zip(real("loop_lag_max_ms"));
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use loopguard::lag::LoopLag;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::{MAX_WORKERS, Pool};
 
@@ -84,6 +85,8 @@ pub struct ExporterBuilder {
     source: Option<Arc<dyn Source>>,
     settings: Settings,
     on_orphan: Option<OrphanHandler>,
+    /// `None` until [`loop_lag`](ExporterBuilder::loop_lag) is called: the default probe.
+    loop_lag: Option<Option<LoopLag>>,
 }
 
 impl fmt::Debug for ExporterBuilder {
@@ -100,6 +103,7 @@ impl ExporterBuilder {
         ExporterBuilder {
             source: None,
             on_orphan: None,
+            loop_lag: None,
             settings: Settings {
                 pool_name: POOL_NAME.to_string(),
                 workers: 2,
@@ -240,7 +244,9 @@ impl ExporterBuilder {
     }
 
     /// Whether `/` serves a plain-text status page from `Pool::stats()` (default `true`):
-    /// its first line is `N connections`, then the pool's stats and the coalescing cache's.
+    /// its first line is `N connections`, then the loop's lag (unless
+    /// [`loop_lag`](ExporterBuilder::loop_lag) turned it off), the pool's stats and the
+    /// coalescing cache's.
     pub fn status_page(mut self, on: bool) -> ExporterBuilder {
         self.settings.status_page = on;
         self
@@ -260,6 +266,41 @@ impl ExporterBuilder {
     /// default handler, which logs and counts).
     pub fn on_orphan(mut self, handler: OrphanHandler) -> ExporterBuilder {
         self.on_orphan = Some(handler);
+        self
+    }
+
+    /// The loop's own lag: by default a [`LoopLag`] named after the pool (label `loop`, so
+    /// `registry-serve`), with Node's 10 ms resolution and a 50 ms slow-poll threshold.
+    ///
+    /// Each [`serve`](Exporter::serve) future runs its probe on the loop that polls it, and
+    /// times every poll of its accept loop (task `accept`) and of each connection (task
+    /// `connection`: the request's parsing, its handler and its body): a poll over the
+    /// threshold is counted and logged. The status page shows the stats; the series
+    /// `loopguard_loop_lag_seconds` and `loopguard_loop_slow_polls_total` reach a
+    /// metrics-exporter-prometheus handle through the facade, and a prometheus-client
+    /// registry through a `loopguard::telemetry::Collector` given
+    /// [`Exporter::loop_lag`]. `Some(lag)` shares a `LoopLag` of your own (an application
+    /// whose loop also serves the exporter measures one loop once); `None` turns the probe
+    /// and the timing off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard::lag::LoopLag;
+    /// use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+    ///
+    /// let source = || render_fn(PROMETHEUS_TEXT, |b| Ok(b.extend_from_slice(b"up 1\n")));
+    /// let probed = Exporter::builder().source(source()).build()?;
+    /// assert_eq!(probed.loop_lag().map(|l| l.name()), Some("registry-serve"));
+    /// let mine = LoopLag::new("app")?;
+    /// let shared = Exporter::builder().source(source()).loop_lag(Some(mine.clone())).build()?;
+    /// assert_eq!(shared.loop_lag().map(|l| l.name()), Some("app"));
+    /// let off = Exporter::builder().source(source()).loop_lag(None).build()?;
+    /// assert!(off.loop_lag().is_none());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn loop_lag(mut self, lag: Option<LoopLag>) -> ExporterBuilder {
+        self.loop_lag = Some(lag);
         self
     }
 
@@ -324,6 +365,10 @@ impl ExporterBuilder {
         if let Some(handler) = self.on_orphan {
             pool = pool.on_orphan(handler);
         }
-        Exporter::new(self.settings, source, pool.build()?)
+        let lag = match self.loop_lag {
+            Some(lag) => lag,
+            None => Some(LoopLag::new(&s.pool_name)?),
+        };
+        Exporter::new(self.settings, source, pool.build()?, lag)
     }
 }

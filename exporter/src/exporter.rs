@@ -18,6 +18,7 @@ use futures_lite::future;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use loopguard::deadline::Deadline;
+use loopguard::lag::LoopLag;
 use loopguard::pool::Pool;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
@@ -59,6 +60,7 @@ pub(crate) struct Inner {
     pub(crate) cache: Option<Coalesced>,
     /// promhttp's series of `/metrics` itself, added to the source's exposition.
     pub(crate) series: Arc<HandlerSeries>,
+    pub(crate) lag: Option<LoopLag>,
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
@@ -84,6 +86,7 @@ impl Exporter {
         settings: Settings,
         source: Arc<dyn Source>,
         pool: Pool,
+        lag: Option<LoopLag>,
     ) -> io::Result<Exporter> {
         let series = Arc::<HandlerSeries>::default();
         let source: Arc<dyn Source> = Arc::new(Instrumented {
@@ -100,6 +103,7 @@ impl Exporter {
                 pool,
                 cache,
                 series,
+                lag,
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),
                 shed: AtomicU64::new(0),
@@ -155,6 +159,12 @@ impl Exporter {
         &self.inner.pool
     }
 
+    /// The loop's lag probe and poll timing, unless turned off:
+    /// [`ExporterBuilder::loop_lag`].
+    pub fn loop_lag(&self) -> Option<&LoopLag> {
+        self.inner.lag.as_ref()
+    }
+
     /// Connections open now, over every listener.
     pub fn connections(&self) -> usize {
         self.inner.connections.load(Ordering::SeqCst)
@@ -198,10 +208,14 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
     let ex = LocalExecutor::new();
     let tracker = Rc::new(Tracker::default());
     let grace = inner.settings.shutdown_grace;
-    ex.run(async {
+    let lag = inner.lag.clone();
+    let accepting = async {
         let listener = listener;
         let mut published = 0;
         ex.spawn(upkeep(inner.clone())).detach();
+        if let Some(lag) = &lag {
+            ex.spawn(lag.probe()).detach();
+        }
         loop {
             let accepted = future::or(async { Some(listener.accept().await) }, async {
                 inner.stop.wait().await;
@@ -219,8 +233,8 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
                     }
                     let conn = tracker.add();
                     inner.connections.fetch_add(1, Ordering::SeqCst);
-                    ex.spawn(connection(stream, conn, tracker.clone(), inner.clone()))
-                        .detach();
+                    let served = connection(stream, conn, tracker.clone(), inner.clone());
+                    ex.spawn(timed(lag.as_ref(), "connection", served)).detach();
                 }
                 Some(Err(err)) if conns::out_of_descriptors(&err) => {
                     if !tracker.shed_oldest_idle() {
@@ -239,8 +253,8 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         drop(listener);
         let _ = Deadline::after(grace).run(tracker.all_closed()).await;
         publish_shed(&inner, &tracker, &mut published);
-    })
-    .await;
+    };
+    ex.run(timed(lag.as_ref(), "accept", accepting)).await;
     // Connections still open past the grace are dropped with the executor.
     drop(ex);
     inner.pool.close();
@@ -252,6 +266,18 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         log::warn!("walks still running after the shutdown grace; leaving them behind");
     }
     Ok(())
+}
+
+/// `future`, its polls timed under `task` when the exporter has a loop lag.
+fn timed<'a, F: Future + 'a>(
+    lag: Option<&LoopLag>,
+    task: &str,
+    future: F,
+) -> Pin<Box<dyn Future<Output = F::Output> + 'a>> {
+    match lag {
+        Some(lag) => Box::pin(lag.instrument(task, future)),
+        None => Box::pin(future),
+    }
 }
 
 /// Adds this listener's connections shed since `published` to the exporter's count.

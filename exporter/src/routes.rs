@@ -172,8 +172,8 @@ async fn metrics(
     }
 }
 
-/// The plain-text status page: `N connections` (and the note), then the pool's stats and
-/// the coalescing cache's, read on the loop; no walk, no slot.
+/// The plain-text status page: `N connections` (and the note), the loop's lag, then the
+/// pool's stats and the coalescing cache's, read on the loop; no walk, no slot.
 fn status_page(inner: &Inner, turn: &Turn) -> Reply {
     inner.pool.publish_metrics();
     let stats = inner.pool.stats();
@@ -184,8 +184,24 @@ fn status_page(inner: &Inner, turn: &Turn) -> Reply {
         .status_note
         .as_ref()
         .map(|note| format!("; {}", note()));
+    let lag = match &inner.lag {
+        Some(lag) => {
+            let l = lag.stats();
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            format!(
+                "loop lag over {:?}: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms, {} samples; {} slow polls\n",
+                lag.window(),
+                ms(l.p50),
+                ms(l.p99),
+                ms(l.max),
+                l.samples,
+                l.slow_polls
+            )
+        }
+        None => String::new(),
+    };
     let page = format!(
-        "{open} connections{}\n{stats:#?}\n{cache:#?}\n",
+        "{open} connections{}\n{lag}{stats:#?}\n{cache:#?}\n",
         note.unwrap_or_default()
     );
     reply(StatusCode::OK, TEXT, page, turn)

@@ -523,7 +523,7 @@ fn workers_run_at_the_nice_value_it_is_given() {
     until_pool_threads(pid, 19, &[i64::from(own), 7, 7], "nice values");
     // The loop (the main thread, named after the binary, and any helper thread it starts
     // unnamed) keeps the process's own value.
-    let main = thread_nice(pid, "registry_exporter");
+    let main = thread_nice(pid, "registry_export");
     assert!(!main.is_empty());
     assert!(
         main.iter().all(|(_, nice)| *nice == i64::from(own)),
@@ -576,7 +576,7 @@ fn workers_run_in_the_idle_class_unless_told_otherwise() {
         // stays in the process's class; the workers move as they start.
         let pid = exporter.child.id();
         until_pool_threads(pid, 41, &want, &format!("classes with {args:?}"));
-        let main = thread_field(pid, "registry_exporter", 41);
+        let main = thread_field(pid, "registry_export", 41);
         assert!(!main.is_empty());
         assert!(
             main.iter().all(|(_, class)| *class == CLASS_NORMAL),
