@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example walk_cost -- [--series 10000,100000] [--rounds 7] [--json]
+//!     [--compression-only]
 //! ```
 //!
 //! For each size it registers that many gauge series (two labels) in a real
@@ -16,8 +17,17 @@
 //! reserved at the last rendering's size, then gzip from it (`registry::render_lean`, what
 //! the exporter's workers run). For each: the median walk CPU time of this thread
 //! (`CLOCK_THREAD_CPUTIME_ID`), and the allocations and bytes allocated per scrape (a
-//! counting global allocator), the two ways alternating round by round. With `--json` the last line is machine-readable: `walks`
-//! as before, and `scrapes` for the side by side.
+//! counting global allocator), the two ways alternating round by round.
+//!
+//! Last, gzip against zstd side by side (`--compression-only`: this part alone): a scrape's
+//! walk exactly as a worker runs it (`loopguard_exporter::walk`: the kept buffer, then gzip
+//! at `GZIP_LEVEL` or zstd at `ZSTD_LEVEL` from it), plain, gzip and zstd in turn each
+//! round (the order rotating), timed by this thread's CPU clock: the whole walk's CPU and
+//! the body's bytes; and the compression's CPU alone, from the same walk of a source that
+//! copies one rendering (its gzip or zstd walk less its plain walk of the same round).
+//!
+//! With `--json` the last line is machine-readable: `walks` as before, `scrapes` for the
+//! before/after side by side, `compression` for gzip against zstd.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::BufWriter;
@@ -28,8 +38,9 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use loopguard_demos::cli;
 use loopguard_demos::registry::{
-    Encoding, gzip_at, recorder, register_series, render_lean, render_plain,
+    Encoding, Format, gzip_at, recorder, register_series, render_lean, render_plain,
 };
+use loopguard_exporter::{GZIP_LEVEL, PROMETHEUS_TEXT, Source, ZSTD_LEVEL, render_fn, walk};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rustix::time::{ClockId, clock_gettime};
 
@@ -140,7 +151,51 @@ fn scrape_costs<const N: usize>(
     costs.map(Cost::medians)
 }
 
-const USAGE: &str = "walk_cost [--series 10000,100000] [--rounds 7] [--json]";
+const USAGE: &str = "walk_cost [--series 10000,100000] [--rounds 7] [--json] [--compression-only]";
+
+/// One scrape's walk in each of `encodings`, as a worker runs it, `rounds` times after one
+/// to warm up, the order rotating each round: per encoding, the median CPU ms of the walk,
+/// the median CPU ms it adds to the plain walk of the same round (the first encoding must
+/// be `Identity`), and the body's bytes.
+fn compression_costs<const N: usize>(
+    source: &dyn Source,
+    encodings: [Encoding; N],
+    rounds: usize,
+) -> [(f64, f64, usize); N] {
+    let once = |encoding| {
+        let t0 = thread_cpu();
+        let body = walk(source, Format::PrometheusText, encoding, GZIP_LEVEL).expect("a walk");
+        (thread_cpu() - t0, body.len())
+    };
+    for encoding in encodings {
+        once(encoding);
+    }
+    let mut cpu: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
+    let mut added: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::new());
+    let mut bytes = [0; N];
+    for round in 0..rounds {
+        let mut this = [Duration::ZERO; N];
+        for k in 0..N {
+            let i = (k + round) % N;
+            let (spent, len) = once(encodings[i]);
+            this[i] = spent;
+            bytes[i] = len;
+        }
+        for i in 0..N {
+            cpu[i].push(this[i]);
+            added[i].push(this[i].saturating_sub(this[0]));
+        }
+    }
+    let mut out = [(0.0, 0.0, 0); N];
+    for i in 0..N {
+        out[i] = (
+            median(std::mem::take(&mut cpu[i])),
+            median(std::mem::take(&mut added[i])),
+            bytes[i],
+        );
+    }
+    out
+}
 
 fn median(mut samples: Vec<Duration>) -> f64 {
     samples.sort();
@@ -162,6 +217,7 @@ fn time<T>(rounds: usize, mut f: impl FnMut() -> T) -> (f64, T) {
 fn main() {
     let mut args = cli::Args::from_env();
     let (mut sizes, mut rounds, mut json) = (vec![10_000, 100_000], 7_usize, false);
+    let mut compression_only = false;
     let parsed = (|| {
         while let Some(flag) = args.next_flag() {
             let (flag, inline) = flag?;
@@ -169,6 +225,7 @@ fn main() {
                 "--series" => sizes = cli::list(&flag, &args.value::<String>(&flag, inline)?)?,
                 "--rounds" => rounds = args.value(&flag, inline)?,
                 "--json" if inline.is_none() => json = true,
+                "--compression-only" if inline.is_none() => compression_only = true,
                 "--help" | "-h" => {
                     println!("usage: {USAGE}");
                     std::process::exit(0)
@@ -194,9 +251,67 @@ fn main() {
     sizes.sort_unstable();
     let mut records = Vec::new();
     let mut scrapes = Vec::new();
+    let mut compression = Vec::new();
     let mut gauges = Vec::new();
     for &series in &sizes {
         gauges = register_series(series.max(gauges.len()));
+        if !compression_only {
+            levels_and_walks(&handle, series, rounds, &mut records, &mut scrapes);
+        }
+        println!(
+            "\n{series} series, a scrape's walk (loopguard_exporter::walk), gzip level {GZIP_LEVEL} against zstd level {ZSTD_LEVEL}:"
+        );
+        println!(
+            "{:>9} {:>12} {:>16} {:>12} {:>7}",
+            "encoding", "walk CPU ms", "compress CPU ms", "bytes", "ratio"
+        );
+        let encodings = [Encoding::Identity, Encoding::Gzip, Encoding::Zstd];
+        // The compression alone: the same walk of a source that copies one rendering.
+        let rendering = handle.render().into_bytes();
+        let copied = render_fn(PROMETHEUS_TEXT, move |buffer| {
+            buffer.extend_from_slice(&rendering);
+            Ok(())
+        });
+        let packed = compression_costs(&copied, encodings, rounds);
+        let walked = compression_costs(&handle, encodings, rounds);
+        let plain_bytes = walked[0].2;
+        let names = ["identity", "gzip", "zstd"];
+        for (i, name) in names.into_iter().enumerate() {
+            let ((cpu_ms, _, bytes), (_, added_ms, _)) = (walked[i], packed[i]);
+            let ratio = plain_bytes as f64 / bytes.max(1) as f64;
+            println!("{name:>9} {cpu_ms:>12.1} {added_ms:>16.1} {bytes:>12} {ratio:>6.1}x");
+            compression.push(format!(
+                "{{\"series\":{series},\"encoding\":\"{name}\",\"walk_cpu_ms\":{cpu_ms:.3},\"compress_cpu_ms\":{added_ms:.3},\"body_bytes\":{bytes}}}"
+            ));
+        }
+        println!(
+            "zstd/gzip: bytes {:.2}x, compression CPU {:.2}x, walk CPU {:.2}x",
+            walked[2].2 as f64 / walked[1].2 as f64,
+            packed[2].1 / packed[1].1,
+            walked[2].0 / walked[1].0
+        );
+    }
+    drop(gauges);
+    if json {
+        println!(
+            "{{\"walks\":[{}],\"scrapes\":[{}],\"compression\":[{}]}}",
+            records.join(","),
+            scrapes.join(","),
+            compression.join(",")
+        );
+    }
+}
+
+/// gzip at every level, the streamed encoder, and the walk before and after the kept
+/// buffer, for `series` series.
+fn levels_and_walks(
+    handle: &PrometheusHandle,
+    series: usize,
+    rounds: usize,
+    records: &mut Vec<String>,
+    scrapes: &mut Vec<String>,
+) {
+    {
         let (render_ms, plain) = time(rounds, || handle.render());
         println!(
             "\n{series} series: render() {render_ms:.1} ms, {} bytes",
@@ -239,12 +354,8 @@ fn main() {
             "{:>9} {:>7} {:>11} {:>12} {:>14}",
             "encoding", "walk", "CPU ms", "allocations", "bytes alloc."
         );
-        for encoding in [Encoding::Gzip, Encoding::Identity] {
-            let name = match encoding {
-                Encoding::Gzip => "gzip",
-                Encoding::Identity => "plain",
-            };
-            let measured = scrape_costs(&handle, [render_plain, render_lean], encoding, rounds);
+        for (encoding, name) in [(Encoding::Gzip, "gzip"), (Encoding::Identity, "plain")] {
+            let measured = scrape_costs(handle, [render_plain, render_lean], encoding, rounds);
             let costs = [("before", measured[0]), ("after", measured[1])].map(
                 |(walk_name, (cpu_ms, allocations, bytes))| {
                     println!(
@@ -267,13 +378,5 @@ fn main() {
                 ));
             }
         }
-    }
-    drop(gauges);
-    if json {
-        println!(
-            "{{\"walks\":[{}],\"scrapes\":[{}]}}",
-            records.join(","),
-            scrapes.join(",")
-        );
     }
 }

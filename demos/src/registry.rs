@@ -14,7 +14,7 @@ use std::time::Duration;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use hyper::body::Bytes;
-pub use loopguard_exporter::{Encoding, GZIP_LEVEL};
+pub use loopguard_exporter::{Encoding, Format, GZIP_LEVEL};
 use metrics::Gauge;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -29,7 +29,7 @@ pub const BUCKETS: &[f64] = &[
 /// A scrape's body as the exporter's workers walk it: [`loopguard_exporter::walk`] of the
 /// recorder (`render_to_write` into the buffer the thread keeps, gzip from it).
 pub fn render_lean(handle: &PrometheusHandle, encoding: Encoding) -> io::Result<Bytes> {
-    loopguard_exporter::walk(handle, encoding, GZIP_LEVEL).map(Bytes::from)
+    loopguard_exporter::walk(handle, Format::PrometheusText, encoding, GZIP_LEVEL).map(Bytes::from)
 }
 
 /// A scrape's body as it was rendered before the exporter's lean walk
@@ -40,6 +40,7 @@ pub fn render_plain(handle: &PrometheusHandle, encoding: Encoding) -> io::Result
     Ok(match encoding {
         Encoding::Identity => Bytes::from(plain),
         Encoding::Gzip => Bytes::from(gzip(plain.as_bytes())?),
+        other => return Err(io::Error::other(format!("{other:?}: not measured before"))),
     })
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt as _;
 use loopguard::orphan::OrphanHandler;
 use loopguard::pool::RunError;
-use loopguard_exporter::{Encoding, GZIP_LEVEL, Offload, PROMETHEUS_TEXT, render_fn, walk};
+use loopguard_exporter::{Encoding, Format, GZIP_LEVEL, Offload, PROMETHEUS_TEXT, render_fn, walk};
 use smol::Timer;
 
 use crate::registry::{self, Registry, WalkKind};
@@ -337,7 +337,7 @@ fn real_walk_time(registry: &Arc<Registry>) -> io::Result<Duration> {
     let mut times = Vec::new();
     for _ in 0..3 {
         let began = Instant::now();
-        walk(&source, Encoding::Gzip, GZIP_LEVEL)?;
+        walk(&source, Format::PrometheusText, Encoding::Gzip, GZIP_LEVEL)?;
         times.push(began.elapsed());
     }
     times.sort();

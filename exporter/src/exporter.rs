@@ -15,19 +15,17 @@ use async_executor::LocalExecutor;
 use async_io::{Async, Timer};
 use event_listener::Event;
 use futures_lite::future;
-use hyper::body::Bytes;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use loopguard::deadline::Deadline;
 use loopguard::lag::LoopLag;
 use loopguard::pool::Pool;
-use loopguard::refresh::Refresh;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use crate::builder::{ExporterBuilder, Settings};
+use crate::coalesce::Coalesced;
 use crate::conns::{self, Conn, Tracker};
-use crate::encoding::{self, Encoding};
-use crate::offload;
+use crate::handler_series::{HandlerSeries, Instrumented};
 use crate::routes;
 use crate::sliced::{Turn, Turns};
 use crate::source::Source;
@@ -59,18 +57,13 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     pub(crate) source: Arc<dyn Source>,
     pub(crate) pool: Pool,
-    pub(crate) cache: Option<Refresh<Rendered, String>>,
+    pub(crate) cache: Option<Coalesced>,
+    /// promhttp's series of `/metrics` itself, added to the source's exposition.
+    pub(crate) series: Arc<HandlerSeries>,
     pub(crate) lag: Option<LoopLag>,
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
-}
-
-/// One rendering in both encodings, as the coalescing cache keeps it.
-#[derive(Debug, Clone)]
-pub(crate) struct Rendered {
-    pub(crate) plain: Bytes,
-    pub(crate) gzip: Bytes,
 }
 
 impl fmt::Debug for Exporter {
@@ -95,27 +88,22 @@ impl Exporter {
         pool: Pool,
         lag: Option<LoopLag>,
     ) -> io::Result<Exporter> {
-        let cache = settings.coalesce.map(|ttl| {
-            let (source, level) = (source.clone(), settings.gzip_level);
-            Refresh::builder("registry")
-                .ttl(ttl)
-                .on_pool(&pool, move || {
-                    let plain = offload::walk(&*source, Encoding::Identity, level)
-                        .map_err(|e| e.to_string())?;
-                    let gzip = encoding::gzip(&plain, level).map_err(|e| e.to_string())?;
-                    Ok(Rendered {
-                        plain: plain.into(),
-                        gzip: gzip.into(),
-                    })
-                })
+        let series = Arc::<HandlerSeries>::default();
+        let source: Arc<dyn Source> = Arc::new(Instrumented {
+            source,
+            series: series.clone(),
         });
-        let cache = cache.transpose()?;
+        let cache = settings
+            .coalesce
+            .map(|ttl| Coalesced::new(&source, &pool, ttl, settings.gzip_level))
+            .transpose()?;
         Ok(Exporter {
             inner: Arc::new(Inner {
                 settings,
                 source,
                 pool,
                 cache,
+                series,
                 lag,
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),

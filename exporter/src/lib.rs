@@ -11,7 +11,7 @@
 //!
 //! That is a whole exporter: `GET /metrics` renders the registry on a bounded
 //! [`loopguard`] pool (two worker threads below the loop's priority), gzipped
-//! there when the scraper asks, within the scraper's own budget; `GET /healthz` answers
+//! (or zstd) there when the scraper asks, within the scraper's own budget; `GET /healthz` answers
 //! without touching the pool; `GET /` is a status page.
 //!
 //! # What it does for you
@@ -27,7 +27,7 @@
 //!   `in_use 0`.
 //! - **Cheap renders**: a buffer kept per worker and reserved at the last size;
 //!   compression on the worker; `Accept-Encoding` read once, q-values included
-//!   ([`Encoding::negotiate`]).
+//!   ([`Encoding::negotiate`]): see [Negotiation](#negotiation).
 //! - **A loop that stays responsive**: bodies go out 256 KiB per poll of their
 //!   connection's task, so refusals and `/healthz` answer between the slices of a large
 //!   scrape.
@@ -46,11 +46,50 @@
 //!
 //! | source | feature | content type | loopguard's own series |
 //! |---|---|---|---|
-//! | `metrics_exporter_prometheus::PrometheusHandle` | `metrics-exporter-prometheus` (default) | Prometheus text 0.0.4 | emitted through the `metrics` facade into the installed recorder: there as soon as it is installed |
-//! | `Arc<prometheus_client::registry::Registry>` | `prometheus-client` | OpenMetrics text 1.0.0 | register a `loopguard::telemetry::Collector` (loopguard's feature `prometheus-client`) in the registry |
+//! | `metrics_exporter_prometheus::PrometheusHandle` | `metrics-exporter-prometheus` (default) | Prometheus text 0.0.4, whatever is asked | emitted through the `metrics` facade into the installed recorder: there as soon as it is installed |
+//! | `Arc<prometheus_client::registry::Registry>` | `prometheus-client` | OpenMetrics text 1.0.0, whatever is asked (its encoder's one format) | register a `loopguard::telemetry::Collector` (loopguard's feature `prometheus-client`) in the registry |
 //! | [`render_fn`]`(content_type, f)` | | what `f` writes | `f`'s to add |
+//! | your own [`Source`] | | what it writes for the [`Format`] asked | yours to add |
 //!
 //! The exporter calls the recorder's `run_upkeep()` itself, every five seconds.
+//!
+//! # Negotiation
+//!
+//! As client_golang's promhttp does it:
+//!
+//! - **`Accept-Encoding`** ([`Encoding::negotiate`]): gzip (level [`GZIP_LEVEL`]), zstd
+//!   (level [`ZSTD_LEVEL`], with the feature `zstd`) or identity, by q-value; gzip first when
+//!   weights tie; `zstd;q=0` refuses zstd, `gzip;q=0` gzip, whatever `*` says; nothing
+//!   acceptable is answered identity. Compression runs on the worker that rendered.
+//! - **`Accept`** ([`Format::negotiate`]): OpenMetrics when the scraper prefers it (Prometheus
+//!   does), the Prometheus text otherwise; a source writes the format asked where it can,
+//!   and the `Content-Type` is exactly what it wrote ([`Source::content_type`]).
+//! - **`Vary: accept-encoding, accept`** on every `/metrics` answer.
+//!
+//! # The handler's own series
+//!
+//! The exporter adds promhttp's two series about `/metrics` itself, with promhttp's names,
+//! to the exposition of every source (at the end of Prometheus text, before the closing
+//! `# EOF` of OpenMetrics; a source of another content type is served as it wrote it):
+//!
+//! | series | type | what |
+//! |---|---|---|
+//! | `promhttp_metric_handler_requests_total{code}` | counter | `/metrics` requests answered, by HTTP status code (`"200"`, `"503"`, `"504"`, `"500"`, `"405"` …; 200, 500, 503 and 504 start at 0); a scrape counts once answered, so its own rendering reads the ones before it |
+//! | `promhttp_metric_handler_requests_in_flight` | gauge | `/metrics` requests being served, the one rendering included |
+//!
+//! Every scraper is counted (other Prometheus servers, an HA pair, a dashboard), not only
+//! the one reading; a scrape whose client left before its answer is no longer in flight
+//! and counted under no code. With [`coalesce`](ExporterBuilder::coalesce), the scrapes
+//! that share a walk read its values. loopguard's `ops/` dashboard plots them and its
+//! alert `LoopguardMetricsHandlerErrors` reads them.
+//!
+//! # Features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `metrics-exporter-prometheus` | on | `impl Source for PrometheusHandle` |
+//! | `prometheus-client` | off | `impl Source for Arc<prometheus_client::registry::Registry>` |
+//! | `zstd` | off | zstd offered beside gzip; the `zstd` crate builds libzstd's C sources (a C compiler; 7 s on two cores here) |
 //!
 //! # Executors
 //!
@@ -71,9 +110,11 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod builder;
+mod coalesce;
 mod conns;
 mod encoding;
 mod exporter;
+mod handler_series;
 mod offload;
 mod routes;
 mod sliced;
@@ -81,8 +122,8 @@ mod source;
 mod status;
 
 pub use builder::{ExporterBuilder, POOL_NAME};
-pub use encoding::{Encoding, GZIP_LEVEL};
+pub use encoding::{Encoding, GZIP_LEVEL, ZSTD_LEVEL};
 pub use exporter::{Exporter, Serve};
 pub use offload::{Offload, walk};
-pub use source::{OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
+pub use source::{Format, OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
 pub use status::Unserved;

@@ -11,7 +11,7 @@ use loopguard::deadline::Deadline;
 use loopguard::pool::Pool;
 
 use crate::encoding::{self, Encoding};
-use crate::source::Source;
+use crate::source::{Format, Source};
 use crate::status::Unserved;
 
 /// Where a scrape's render runs: the one thing the storm's baselines change.
@@ -53,10 +53,12 @@ thread_local! {
     static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One scrape's walk, exactly as a worker runs it: `source` rendered into the buffer this
-/// thread keeps, then, for [`Encoding::Gzip`], compressed from it at `gzip_level` on this
-/// thread. A gzip walk reuses the buffer (cleared, its capacity the largest rendering so
-/// far); a plain walk hands it over as the body and leaves a new one reserved at its size.
+/// One scrape's walk, exactly as a worker runs it: `source` rendered in the `format` asked
+/// for into the buffer this thread keeps, then, for [`Encoding::Gzip`] or
+/// [`Encoding::Zstd`], compressed from it on this thread (gzip at `gzip_level`, zstd at
+/// [`ZSTD_LEVEL`](crate::ZSTD_LEVEL)). A compressed walk reuses the buffer (cleared, its
+/// capacity the largest rendering so far); a plain walk hands it over as the body and
+/// leaves a new one reserved at its size.
 /// The price is one rendering's memory kept per worker thread.
 ///
 /// Public so that a benchmark measures the code the exporter runs (the `walk_cost` demo
@@ -65,18 +67,30 @@ thread_local! {
 /// # Examples
 ///
 /// ```
-/// use loopguard_exporter::{Encoding, GZIP_LEVEL, PROMETHEUS_TEXT, render_fn, walk};
+/// use loopguard_exporter::{Encoding, Format, GZIP_LEVEL, PROMETHEUS_TEXT, render_fn, walk};
 ///
 /// let source = render_fn(PROMETHEUS_TEXT, |b| Ok(b.extend_from_slice(b"up 1\n")));
-/// assert_eq!(walk(&source, Encoding::Identity, GZIP_LEVEL)?, b"up 1\n");
+/// let plain = walk(&source, Format::PrometheusText, Encoding::Identity, GZIP_LEVEL)?;
+/// assert_eq!(plain, b"up 1\n");
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn walk(source: &dyn Source, encoding: Encoding, gzip_level: u32) -> io::Result<Vec<u8>> {
+///
+/// # Errors
+///
+/// The source's own; [`Unsupported`](io::ErrorKind::Unsupported) for zstd when the crate
+/// was built without its feature `zstd`.
+pub fn walk(
+    source: &dyn Source,
+    format: Format,
+    encoding: Encoding,
+    gzip_level: u32,
+) -> io::Result<Vec<u8>> {
     BUFFER.with_borrow_mut(|buffer| {
         buffer.clear();
-        source.render(buffer)?;
+        source.render(format, buffer)?;
         match encoding {
             Encoding::Gzip => encoding::gzip(buffer, gzip_level),
+            Encoding::Zstd => encoding::zstd(buffer),
             Encoding::Identity => {
                 let next = Vec::with_capacity(buffer.len());
                 Ok(std::mem::replace(buffer, next))
@@ -91,10 +105,11 @@ pub(crate) async fn render(
     pool: &Pool,
     deadline: Deadline,
     source: Arc<dyn Source>,
+    format: Format,
     encoding: Encoding,
     level: u32,
 ) -> Result<Bytes, Unserved> {
-    let job = move || walk(&*source, encoding, level).map(Bytes::from);
+    let job = move || walk(&*source, format, encoding, level).map(Bytes::from);
     match offload {
         // `Fallible`: if the scrape leaves, an `Err` of its walk still reaches the orphan
         // handler, once.
@@ -145,11 +160,12 @@ mod tests {
             Ok(())
         });
         std::thread::spawn(move || {
-            let gzip = walk(&source, Encoding::Gzip, 1).unwrap();
+            let text = Format::PrometheusText;
+            let gzip = walk(&source, text, Encoding::Gzip, 1).unwrap();
             assert!(gzip.len() < 100_000, "compressed on this thread");
-            let plain = walk(&source, Encoding::Identity, 1).unwrap();
+            let plain = walk(&source, text, Encoding::Identity, 1).unwrap();
             assert_eq!(plain.len(), 100_000);
-            walk(&source, Encoding::Identity, 1).unwrap();
+            walk(&source, text, Encoding::Identity, 1).unwrap();
         })
         .join()
         .unwrap();

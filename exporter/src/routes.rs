@@ -10,9 +10,10 @@ use loopguard::deadline::Deadline;
 use loopguard::header::request_deadline;
 
 use crate::encoding::{self, Encoding};
-use crate::exporter::{Inner, Rendered};
+use crate::exporter::Inner;
 use crate::offload;
 use crate::sliced::{Sliced, Turn};
+use crate::source::Format;
 use crate::status::Unserved;
 
 type Reply = Response<Sliced>;
@@ -45,8 +46,28 @@ fn unserved(unserved: &Unserved, turn: &Turn) -> Reply {
     response
 }
 
-/// Routes one request.
+/// Routes one request; a `/metrics` one is counted in the handler's series (in flight
+/// while it is served, then under its status code), whatever its answer.
 pub(crate) async fn handle(
+    inner: &Inner,
+    request: Request<Incoming>,
+    turn: &Turn,
+) -> Result<Reply, Infallible> {
+    if request.uri().path() != "/metrics" {
+        return route(inner, request, turn).await;
+    }
+    let in_flight = inner.series.begin();
+    let mut reply = route(inner, request, turn).await?;
+    // Every answer of /metrics depends on Accept-Encoding and Accept: a cache between must
+    // not hand one scraper's answer to another.
+    reply
+        .headers_mut()
+        .insert(VARY, HeaderValue::from_static("accept-encoding, accept"));
+    in_flight.answered(reply.status().as_u16());
+    Ok(reply)
+}
+
+async fn route(
     inner: &Inner,
     request: Request<Incoming>,
     turn: &Turn,
@@ -61,6 +82,7 @@ pub(crate) async fn handle(
         .map(|(n, v)| (n.as_str(), v.as_bytes()));
     let deadline = request_deadline(headers, s.scrape_budget, s.scrape_timeout_offset);
     let encoding = encoding::of_request(request.headers());
+    let format = Format::of_request(request.headers());
     let path = request.uri().path();
     let known = matches!(path, "/metrics" | "/healthz") || (path == "/" && s.status_page);
     if !known {
@@ -100,20 +122,22 @@ pub(crate) async fn handle(
     }
     Ok(match path.as_str() {
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n", turn),
-        "/metrics" => metrics(inner, deadline, encoding, turn).await,
+        "/metrics" => metrics(inner, deadline, format, encoding, turn).await,
         _ => status_page(inner, turn),
     })
 }
 
-async fn metrics(inner: &Inner, deadline: Deadline, encoding: Encoding, turn: &Turn) -> Reply {
+async fn metrics(
+    inner: &Inner,
+    deadline: Deadline,
+    format: Format,
+    encoding: Encoding,
+    turn: &Turn,
+) -> Reply {
     // Read-side gauges, on the loop, before asking for a slot: a walk never counts itself.
     inner.pool.publish_metrics();
     let rendered = match &inner.cache {
-        Some(cache) => match cache.get(deadline).await {
-            Ok(Rendered { gzip, .. }) if encoding == Encoding::Gzip => Ok(gzip),
-            Ok(Rendered { plain, .. }) => Ok(plain),
-            Err(err) => Err(Unserved::from(err)),
-        },
+        Some(cache) => cache.get(deadline, format, encoding).await,
         None => {
             let (source, s) = (inner.source.clone(), &inner.settings);
             offload::render(
@@ -121,6 +145,7 @@ async fn metrics(inner: &Inner, deadline: Deadline, encoding: Encoding, turn: &T
                 &inner.pool,
                 deadline,
                 source,
+                format,
                 encoding,
                 s.gzip_level,
             )
@@ -129,10 +154,10 @@ async fn metrics(inner: &Inner, deadline: Deadline, encoding: Encoding, turn: &T
     };
     match rendered {
         Ok(body) => {
-            let mut response = reply(StatusCode::OK, inner.source.content_type(), body, turn);
-            let headers = response.headers_mut();
-            headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+            let content_type = inner.source.content_type(format);
+            let mut response = reply(StatusCode::OK, content_type, body, turn);
             if let Some(coding) = encoding.header() {
+                let headers = response.headers_mut();
                 headers.insert(CONTENT_ENCODING, HeaderValue::from_static(coding));
             }
             response

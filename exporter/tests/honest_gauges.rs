@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{Latch, get, serving};
-use loopguard_exporter::{Exporter, Source, render_fn};
+use loopguard_exporter::{Exporter, Format, Source, render_fn};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 fn recorder() -> PrometheusHandle {
@@ -28,11 +28,11 @@ on_every_executor! {
         let pool = format!("honest-{}", RUN.fetch_add(1, Ordering::SeqCst));
         let (latch, handle) = (Latch::default(), recorder());
         let (gate, walks) = (latch.clone(), AtomicUsize::new(0));
-        let source = render_fn(handle.content_type(), move |buffer| {
+        let source = render_fn(handle.content_type(Format::PrometheusText), move |buffer| {
             if walks.fetch_add(1, Ordering::SeqCst) == 1 {
                 gate.wait(); // the second walk is held
             }
-            Source::render(&handle, buffer)
+            Source::render(&handle, Format::PrometheusText, buffer)
         });
         let exporter = Exporter::builder()
             .source(source)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Latch, get, serving};
+use common::{Latch, get, serving, source_part};
 use loopguard_exporter::{Exporter, Offload, PROMETHEUS_TEXT, render_fn};
 
 /// An exporter of one worker whose render writes `up 1` once `latch` opens (an open
@@ -40,9 +40,9 @@ on_every_executor! {
         let answer = serving(&exporter, |addr| get(addr, "/metrics", &[])).await;
         assert_eq!(answer.status, 200);
         assert_eq!(answer.header("content-type"), Some(PROMETHEUS_TEXT));
-        assert_eq!(answer.header("vary"), Some("accept-encoding"));
+        assert_eq!(answer.header("vary"), Some("accept-encoding, accept"));
         assert_eq!(answer.header("content-encoding"), None);
-        assert_eq!(answer.text(), "up 1\n");
+        assert_eq!(source_part(&answer.text()), "up 1\n");
     }
 }
 
@@ -116,7 +116,7 @@ on_every_executor! {
 
 on_every_executor! {
     async fn gzip_is_negotiated_and_decompresses_to_the_rendering() {
-        let body: Vec<u8> = (0..400_000).map(|i| b"abcdefgh\n"[i % 9]).collect();
+        let body: Vec<u8> = (0..399_996).map(|i| b"abcdefgh\n"[i % 9]).collect();
         let expected = body.clone();
         let source = render_fn(PROMETHEUS_TEXT, move |buffer| {
             buffer.extend_from_slice(&body);
@@ -124,7 +124,7 @@ on_every_executor! {
         });
         let exporter = Exporter::builder().source(source).build().unwrap();
         let answers = serving(&exporter, |addr| {
-            ["gzip", "x-gzip;q=0.5", "gzip;q=0, *", "br"].map(|accept| {
+            ["gzip", "x-gzip;q=0.5", "gzip;q=0, zstd;q=0, *", "br"].map(|accept| {
                 get(addr, "/metrics", &[("Accept-Encoding", accept)])
             })
         })
@@ -140,7 +140,8 @@ on_every_executor! {
             } else {
                 plain = answer.body.clone();
             }
-            assert_eq!(plain, expected, "answer {i}: every byte of a body over a slice");
+            let plain = source_part(&String::from_utf8(plain).unwrap());
+            assert!(plain.as_bytes() == expected, "answer {i}: every byte of a body over a slice");
         }
     }
 }
@@ -165,7 +166,7 @@ on_every_executor! {
         });
         let (served, answer) = futures_lite::future::zip(exporter.serve(listener), client).await;
         served.unwrap();
-        assert_eq!((answer.status, answer.text().as_str()), (200, "up 1\n"));
+        assert_eq!((answer.status, source_part(&answer.text()).as_str()), (200, "up 1\n"));
         assert!(exporter.pool().is_closed(), "the pool closes with the drain");
         assert!(std::net::TcpStream::connect(addr).is_err(), "no more connections");
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loopguard::pool::RunError;
-use loopguard_exporter::{Exporter, Source};
+use loopguard_exporter::{Exporter, Format, Source};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use smol::Timer;
 
@@ -33,13 +33,13 @@ pub fn series(n: usize) -> Vec<metrics::Gauge> {
 pub struct Delayed(pub PrometheusHandle, pub Duration);
 
 impl Source for Delayed {
-    fn content_type(&self) -> &'static str {
-        self.0.content_type()
+    fn content_type(&self, asked: Format) -> &'static str {
+        self.0.content_type(asked)
     }
 
-    fn render(&self, buffer: &mut Vec<u8>) -> io::Result<()> {
+    fn render(&self, asked: Format, buffer: &mut Vec<u8>) -> io::Result<()> {
         std::thread::sleep(self.1);
-        Source::render(&self.0, buffer)
+        Source::render(&self.0, asked, buffer)
     }
 
     fn upkeep(&self) {

@@ -190,3 +190,55 @@ impl Latch {
         cvar.notify_all();
     }
 }
+
+/// `name` on the `PATH`, to check an answer with a real tool. Missing, the check is skipped
+/// with a line on stderr, unless `LOOPGUARD_REQUIRE_TOOLS` is set (CI sets it and installs
+/// the tools): then a missing tool fails the test.
+pub fn tool(name: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LOOPGUARD_REQUIRE_TOOLS").is_none(),
+            "`{name}` is not installed (Debian: see .ci/run's tool list)"
+        );
+        eprintln!("SKIPPED: the check by `{name}` (not installed)");
+    }
+    found
+}
+
+/// Runs `program` with `args`, `input` on its stdin: its exit status and stdout, stderr.
+pub fn pipe(program: &std::path::Path, args: &[&str], input: &[u8]) -> (bool, Vec<u8>, String) {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the tool starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("the tool ends");
+    writer.join().unwrap().expect("the tool read its input");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), out.stdout, stderr)
+}
+
+/// What the source wrote: an exposition less the handler's own series, which the exporter
+/// adds after it (before an OpenMetrics `# EOF`).
+pub fn source_part(text: &str) -> String {
+    let start = text
+        .find("# HELP promhttp_metric_handler_requests")
+        .unwrap_or_else(|| panic!("no handler series in {text:?}"));
+    let eof = if text.ends_with("# EOF\n") {
+        "# EOF\n"
+    } else {
+        ""
+    };
+    format!("{}{eof}", &text[..start])
+}
