@@ -272,16 +272,19 @@ impl ExporterBuilder {
     /// The loop's own lag: by default a [`LoopLag`] named after the pool (label `loop`, so
     /// `registry-serve`), with Node's 10 ms resolution and a 50 ms slow-poll threshold.
     ///
-    /// Each [`serve`](Exporter::serve) future runs its probe on the loop that polls it, and
-    /// times every poll of its accept loop (task `accept`) and of each connection (task
-    /// `connection`: the request's parsing, its handler and its body): a poll over the
-    /// threshold is counted and logged. The status page shows the stats; the series
+    /// The exporter runs one probe, on the loop of its first [`serve`](Exporter::serve)
+    /// future (when that one ends, another serve's loop takes it over: one sample per
+    /// resolution whatever the number of listeners), and every serve times each poll of its
+    /// accept loop (task `accept`) and of each connection (task `connection`: the
+    /// request's parsing, its handler and its body): a poll over the threshold is counted
+    /// and logged. The status page shows the stats; the series
     /// `loopguard_loop_lag_seconds` and `loopguard_loop_slow_polls_total` reach a
     /// metrics-exporter-prometheus handle through the facade, and a prometheus-client
     /// registry through a `loopguard::telemetry::Collector` given
-    /// [`Exporter::loop_lag`]. `Some(lag)` shares a `LoopLag` of your own (an application
-    /// whose loop also serves the exporter measures one loop once); `None` turns the probe
-    /// and the timing off.
+    /// [`Exporter::loop_lag`]. `Some(lag)` shares a `LoopLag` of your own, whose probe the
+    /// exporter then runs (an application whose loop also serves the exporter measures one
+    /// loop once: do not also spawn `lag.probe()`); `None` turns the probe and the timing
+    /// off.
     ///
     /// # Examples
     ///
@@ -365,10 +368,13 @@ impl ExporterBuilder {
         if let Some(handler) = self.on_orphan {
             pool = pool.on_orphan(handler);
         }
+        // The pool first: it names a bad `pool_name` as the pool's, and the lag's series is
+        // registered only once the pool's threads run.
+        let pool = pool.build()?;
         let lag = match self.loop_lag {
             Some(lag) => lag,
             None => Some(LoopLag::new(&s.pool_name)?),
         };
-        Exporter::new(self.settings, source, pool.build()?, lag)
+        Exporter::new(self.settings, source, pool, lag)
     }
 }

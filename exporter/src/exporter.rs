@@ -61,6 +61,8 @@ pub(crate) struct Inner {
     /// promhttp's series of `/metrics` itself, added to the source's exposition.
     pub(crate) series: Arc<HandlerSeries>,
     pub(crate) lag: Option<LoopLag>,
+    /// One probe per exporter: held by the serve that runs it, handed on when it ends.
+    probing: Probe,
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
@@ -105,6 +107,7 @@ impl Exporter {
                 cache,
                 series,
                 lag,
+                probing: Probe::default(),
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),
                 shed: AtomicU64::new(0),
@@ -215,7 +218,7 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         let mut published = 0;
         ex.spawn(upkeep(inner.clone())).detach();
         if let Some(lag) = &lag {
-            ex.spawn(lag.probe()).detach();
+            ex.spawn(probe(inner.clone(), lag.clone())).detach();
         }
         loop {
             let accepted = future::or(async { Some(listener.accept().await) }, async {
@@ -267,6 +270,47 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
         log::warn!("walks still running after the shutdown grace; leaving them behind");
     }
     Ok(())
+}
+
+/// Runs the exporter's one probe on this serve's loop once no other serve runs it: the
+/// first serve probes; when it ends (its executor drops this task), another takes over.
+async fn probe(inner: Arc<Inner>, lag: LoopLag) {
+    let held = inner.probing.take().await;
+    lag.probe().await;
+    drop(held);
+}
+
+/// Who runs the exporter's probe: a flag and the serves waiting for it.
+#[derive(Debug, Default)]
+struct Probe {
+    held: AtomicBool,
+    released: Event,
+}
+
+/// The probe held by one serve; dropping it lets the next one take it.
+struct HeldProbe<'a>(&'a Probe);
+
+impl Drop for HeldProbe<'_> {
+    fn drop(&mut self) {
+        self.0.held.store(false, Ordering::SeqCst);
+        // Every waiting serve: one takes the probe, the others wait again.
+        self.0.released.notify(usize::MAX);
+    }
+}
+
+impl Probe {
+    async fn take(&self) -> HeldProbe<'_> {
+        loop {
+            if !self.held.swap(true, Ordering::SeqCst) {
+                return HeldProbe(self);
+            }
+            let listener = self.released.listen();
+            if !self.held.swap(true, Ordering::SeqCst) {
+                return HeldProbe(self);
+            }
+            listener.await;
+        }
+    }
 }
 
 /// `future`, its polls timed under `task` when the exporter has a loop lag.

@@ -96,9 +96,11 @@ async fn route(
             .insert(ALLOW, HeaderValue::from_static("GET"));
         return Ok(response);
     }
-    // A GET has no use for a body; read (and bound) it anyway so the connection stays usable.
+    // A GET has no use for a body; read (and bound) it anyway so the connection stays usable,
+    // within the read timeout and the request's budget, which is a ceiling here too.
     let body = Limited::new(request.into_body(), s.max_body_bytes);
     match Deadline::after(s.header_read_timeout)
+        .min(deadline)
         .run(body.collect())
         .await
     {
@@ -108,6 +110,15 @@ async fn route(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 TEXT,
                 "request body too large\n",
+                turn,
+            ));
+        }
+        // The budget ran out before any walk: 504, as for a walk's spent budget.
+        Err(_) if deadline.is_expired() => {
+            return Ok(reply(
+                StatusCode::GATEWAY_TIMEOUT,
+                TEXT,
+                "budget spent reading the request body\n",
                 turn,
             ));
         }
@@ -183,7 +194,13 @@ fn status_page(inner: &Inner, turn: &Turn) -> Reply {
         .settings
         .status_note
         .as_ref()
-        .map(|note| format!("; {}", note()));
+        // The user's note runs on the loop: its panic is contained here, the page still served.
+        .map(
+            |note| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| note())) {
+                Ok(note) => format!("; {note}"),
+                Err(_) => "; the status note panicked".to_string(),
+            },
+        );
     let lag = match &inner.lag {
         Some(lag) => {
             let l = lag.stats();

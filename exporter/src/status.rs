@@ -101,6 +101,9 @@ impl<W, E: fmt::Display> From<WithinError<W, E>> for Unserved {
             WithinError::Panicked(panic) => Unserved::Failed(panic.to_string()),
             WithinError::Failed(err) => Unserved::Failed(err.to_string()),
             WithinError::Closed { .. } => Unserved::Closed,
+            // A handler asking for a second slot while its request holds one: a bug in the
+            // handler, as for `TryRunError` below.
+            own @ WithinError::OwnSlot(_) => Unserved::Failed(own.to_string()),
             // A kind added later: nothing was served; say so without a retry hint.
             _ => Unserved::Closed,
         }

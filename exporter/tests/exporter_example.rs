@@ -654,7 +654,8 @@ fn every_listen_address_is_served_by_one_pool_with_a_line_each() {
         "127.0.0.1:0",
         "--web.listen-address",
         "127.0.0.1:0",
-        "--web.listen-address=127.0.0.1:0",
+        // exporter-toolkit's form: every interface.
+        "--web.listen-address=:0",
         "--workers",
         "1",
         "--series",
@@ -668,8 +669,13 @@ fn every_listen_address_is_served_by_one_pool_with_a_line_each() {
         addr: addrs[0],
     };
     assert_eq!(addrs.iter().collect::<BTreeSet<_>>().len(), 3, "{addrs:?}");
+    assert!(addrs[2].ip().is_unspecified(), "{addrs:?}");
     for addr in &addrs {
-        let answer = get(*addr, "/metrics", &[]);
+        let mut addr = *addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip([127, 0, 0, 1].into());
+        }
+        let answer = get(addr, "/metrics", &[]);
         assert_eq!(answer.status, 200, "{addr}");
         // One pool behind every listener: one worker, one capacity series.
         assert!(

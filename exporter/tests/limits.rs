@@ -80,3 +80,31 @@ on_every_executor! {
         assert_eq!(renders.load(Ordering::SeqCst), 0, "no limit reached the render");
     }
 }
+
+on_every_executor! {
+    async fn a_body_that_stalls_past_the_scrape_budget_gets_504_at_the_budget() {
+        let renders = Arc::new(AtomicUsize::new(0));
+        // The read timeout (10 s by default) is not the ceiling: the scraper's budget is.
+        let exporter = counted(&renders).build().unwrap();
+        let (status, took) = serving(&exporter, |addr| {
+            let began = Instant::now();
+            let mut stalled = std::net::TcpStream::connect(addr).unwrap();
+            stalled.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            // 0.4 s less the offset (at most half of it): a 200 ms budget; 10 of 100 bytes.
+            stalled
+                .write_all(
+                    b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Prometheus-Scrape-Timeout-Seconds: 0.4\r\n\
+                      Content-Length: 100\r\nConnection: close\r\n\r\n0123456789",
+                )
+                .unwrap();
+            let mut raw = Vec::new();
+            let _ = stalled.read_to_end(&mut raw);
+            let head = String::from_utf8_lossy(&raw).lines().next().unwrap_or_default().to_string();
+            (head, began.elapsed())
+        })
+        .await;
+        assert!(status.starts_with("HTTP/1.1 504"), "{status}");
+        assert!(took < Duration::from_secs(5), "answered at the budget, not the read timeout: {took:?}");
+        assert_eq!(renders.load(Ordering::SeqCst), 0);
+    }
+}

@@ -3,7 +3,10 @@
 
 mod common;
 
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
+
+use futures_lite::future;
 
 use common::{get, serving};
 use loopguard::lag::LoopLag;
@@ -98,5 +101,47 @@ on_every_executor! {
         assert!(off.loop_lag().is_none());
         let page = serving(&off, |addr| get(addr, "/", &[])).await;
         assert!(!page.text().contains("loop lag"), "{}", page.text());
+    }
+}
+
+/// Waits, on the loop, until the lag holds `n` samples (bounded: a probe that never runs
+/// fails the test).
+async fn samples(lag: &LoopLag, n: u64) {
+    let began = Instant::now();
+    while lag.stats().samples < n {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            lag.stats()
+        );
+        async_io::Timer::after(Duration::from_millis(5)).await;
+    }
+}
+
+on_every_executor! {
+    async fn one_probe_per_exporter_handed_over_when_its_serve_ends() {
+        let exporter = Exporter::builder().source(up()).build().unwrap();
+        let lag = exporter.loop_lag().unwrap().clone();
+        let bind = || TcpListener::bind("127.0.0.1:0").unwrap();
+        let first = exporter.serve(bind());
+        let mut second = Box::pin(exporter.serve(bind()));
+        let began = Instant::now();
+        // Both serving: one sample per resolution (10 ms) at most, not two.
+        let both = async {
+            let _ = future::zip(first, second.as_mut()).await;
+        };
+        future::or(both, samples(&lag, 30)).await;
+        let (taken, elapsed) = (lag.stats().samples, began.elapsed());
+        assert!(
+            taken <= elapsed.as_millis() as u64 / 10 + 3,
+            "{taken} samples in {elapsed:?}: two probes"
+        );
+        // The first serve is gone (dropped with `both`): the second takes the probe over.
+        let more = async {
+            samples(&lag, taken + 10).await;
+            exporter.shutdown();
+        };
+        let (served, ()) = future::zip(second, more).await;
+        served.unwrap();
     }
 }

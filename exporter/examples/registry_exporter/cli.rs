@@ -69,7 +69,15 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let millis = || number().map(|n| ms(n.into()));
         match flag.as_str() {
             "--listen" => listen = Some(value.parse().map_err(|e| bad(&e))?),
-            "--web.listen-address" => c.listen.push(value.parse().map_err(|e| bad(&e))?),
+            // exporter-toolkit's `:PORT` is every interface (IPv4 here).
+            "--web.listen-address" => c.listen.push(match value.strip_prefix(':') {
+                Some(port) => (
+                    std::net::Ipv4Addr::UNSPECIFIED,
+                    port.parse().map_err(|e| bad(&e))?,
+                )
+                    .into(),
+                None => value.parse().map_err(|e| bad(&e))?,
+            }),
             "--workers" => c.workers = number()? as usize,
             "--worker-nice" => match number()? {
                 n @ 0..=19 => c.worker_nice = n as u8,

@@ -3,6 +3,9 @@
 
 use std::io;
 use std::net::TcpListener;
+use std::pin::Pin;
+
+use futures_lite::future;
 
 use loopguard_exporter::Exporter;
 
@@ -26,23 +29,16 @@ pub fn serve(
             .map(bind)
             .collect::<io::Result<Vec<_>>>()?
     };
-    let mut serving = Vec::new();
+    // Every listener's serve at once; the first error (a listener that cannot serve) ends
+    // them all instead of waiting behind the others.
+    let mut all: Pin<Box<dyn Future<Output = io::Result<()>>>> = Box::pin(async { Ok(()) });
     for listener in listeners {
         let addr = listener.local_addr()?;
-        serving.push(exporter.serve(listener)); // the listen backlog is raised here
+        let serve = exporter.serve(listener); // the listen backlog is raised here
         println!("listening on http://{addr}");
+        all = Box::pin(async move { future::try_zip(all, serve).await.map(|_| ()) });
     }
-    let ex = smol::LocalExecutor::new();
-    Ok(async move {
-        let tasks: Vec<_> = serving.into_iter().map(|serve| ex.spawn(serve)).collect();
-        ex.run(async {
-            for task in tasks {
-                task.await?;
-            }
-            Ok(())
-        })
-        .await
-    })
+    Ok(all)
 }
 
 /// The TCP listeners systemd passed (`LISTEN_PID`, `LISTEN_FDS`), in order.
