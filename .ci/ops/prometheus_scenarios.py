@@ -306,7 +306,10 @@ def check_dashboard(prom):
 def healthy(binary):
     print("== healthy: 3 jobs, 2 workers, 20 000 series")
     exp = Exporter(binary, "--workers", "2", "--series", "20000")
-    prom = Prometheus(exp.addr, [("healthy-a", 1, 1.0, {}), ("healthy-b", 1, 0.8, {}), ("healthy-c", 1, 0.6, {})])
+    # Three timeouts, none below 0.8 s: the walks run in the idle class beside this
+    # Prometheus on two vCPUs, where its own parsing of 60 000 samples a second makes a
+    # scrape last 0.3 to 0.65 s (measured in CI); at 0.6 s one scrape in a run failed.
+    prom = Prometheus(exp.addr, [("healthy-a", 1, 1.0, {}), ("healthy-b", 1, 0.9, {}), ("healthy-c", 1, 0.8, {})])
     try:
         scrapes_at_least(prom, 8, 30)
         w = prom.window()
