@@ -112,6 +112,9 @@ on_every_executor! {
             assert_unauthorized(&with(addr, "/metrics", &basic("alice", "wrong")), "wrong password");
             assert_unauthorized(&with(addr, "/metrics", &basic("bob", "secret")), "unknown user");
             assert_unauthorized(&with(addr, "/metrics", "Bearer c2VjcmV0"), "not Basic");
+            // The right credentials under another scheme of Basic's length.
+            let token = basic("alice", "secret").replace("Basic", "Token");
+            assert_unauthorized(&with(addr, "/metrics", &token), "not Basic, right credentials");
             assert_unauthorized(&with(addr, "/metrics", "Basic !!not-base64!!"), "not base64");
             let not_utf8 = basic_bytes(b"alice:\xff\xfe");
             assert_unauthorized(&with(addr, "/metrics", &not_utf8), "not UTF-8");
