@@ -67,11 +67,17 @@ fn checked(text: &str) -> PathBuf {
     path
 }
 
+/// A source that writes `up 1`.
+fn up() -> impl loopguard_exporter::Source {
+    render_fn(PROMETHEUS_TEXT, |b| {
+        b.extend_from_slice(b"up 1\n");
+        Ok(())
+    })
+}
+
 fn exporter(path: &Path) -> Exporter {
     Exporter::builder()
-        .source(render_fn(PROMETHEUS_TEXT, |b| {
-            Ok(b.extend_from_slice(b"up 1\n"))
-        }))
+        .source(up())
         .workers(1)
         .web_config_file(path)
         .build()
@@ -227,7 +233,7 @@ on_every_executor! {
 
 on_every_executor! {
     async fn a_new_user_applies_and_a_bad_file_keeps_the_last_good_one() {
-        let _logged = logger();
+        logger();
         let (Some(alice), Some(bob)) = (htpasswd("alice", "a-pass"), htpasswd("bob", "b-pass"))
         else {
             return;
@@ -267,9 +273,7 @@ fn a_bad_file_at_start_names_the_key() {
     let build = |text: &str| {
         let path = file(text);
         let built = Exporter::builder()
-            .source(render_fn(PROMETHEUS_TEXT, |b| {
-                Ok(b.extend_from_slice(b"up 1\n"))
-            }))
+            .source(up())
             .web_config_file(&path)
             .build();
         let err = built.err().unwrap_or_else(|| panic!("accepted:\n{text}"));
@@ -339,9 +343,7 @@ fn a_bad_file_at_start_names_the_key() {
     let (_, missing) = (
         PathBuf::new(),
         Exporter::builder()
-            .source(render_fn(PROMETHEUS_TEXT, |b| {
-                Ok(b.extend_from_slice(b"up 1\n"))
-            }))
+            .source(up())
             .web_config_file("/nonexistent/web.yml")
             .build()
             .expect_err("no such file"),
