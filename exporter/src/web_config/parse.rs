@@ -19,7 +19,7 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
 ];
 
 /// What a web config file says, checked.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Default)]
 pub(crate) struct WebConfig {
     /// `basic_auth_users`: user and bcrypt hash, in the file's order.
     pub(crate) users: Vec<(String, String)>,
@@ -27,6 +27,18 @@ pub(crate) struct WebConfig {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// `rate_limit`: one request per `interval`, bursts of `burst`; `None` when off.
     pub(crate) rate_limit: Option<(Duration, u32)>,
+}
+
+impl std::fmt::Debug for WebConfig {
+    /// The users' names, not their hashes (exporter-toolkit's `<secret>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let users: Vec<&str> = self.users.iter().map(|(u, _)| u.as_str()).collect();
+        f.debug_struct("WebConfig")
+            .field("users", &users)
+            .field("headers", &self.headers)
+            .field("rate_limit", &self.rate_limit)
+            .finish()
+    }
 }
 
 /// Parses `text`; an error names the key at fault (`http_server_config.http2`, …).
@@ -215,6 +227,17 @@ fn duration(text: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_no_hash() {
+        let hash = "$2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K";
+        let config = parse(&format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
+        let shown = format!("{config:?}");
+        assert!(
+            shown.contains("alice") && !shown.contains("$2y$"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn durations() {

@@ -32,12 +32,22 @@ pub(crate) enum Refused {
 }
 
 /// bcrypt verification on a pool of its own, and the cache of what it verified.
-#[derive(Debug)]
 pub(crate) struct Verifier {
     pool: Pool,
     /// A per-process random key: a cached digest says nothing without it.
     key: [u8; 32],
     cache: Mutex<Vec<[u8; 32]>>,
+}
+
+impl std::fmt::Debug for Verifier {
+    /// The pool and how many credentials are cached: never the key nor the digests.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached = self.cache.lock().map_or(0, |c| c.len());
+        f.debug_struct("Verifier")
+            .field("pool", &self.pool)
+            .field("cached", &cached)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Verifier {
