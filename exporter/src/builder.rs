@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub(crate) gzip_level: u32,
     pub(crate) status_page: bool,
     pub(crate) status_note: Option<Note>,
+    #[cfg(feature = "web-config")]
+    pub(crate) web_config_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for Settings {
@@ -122,6 +124,8 @@ impl ExporterBuilder {
                 gzip_level: GZIP_LEVEL,
                 status_page: true,
                 status_note: None,
+                #[cfg(feature = "web-config")]
+                web_config_file: None,
             },
         }
     }
@@ -262,6 +266,64 @@ impl ExporterBuilder {
         self
     }
 
+    /// exporter-toolkit's web config file (`--web.config.file`; feature `web-config`):
+    /// `basic_auth_users`, `http_server_config.headers` and `rate_limit`, for every path
+    /// (`/metrics`, `/healthz` and `/` alike, as exporter-toolkit protects every path).
+    ///
+    /// - **`basic_auth_users`** (user: bcrypt hash, `$2y$`, `$2b$` or `$2a$`, cost at most
+    ///   [`BCRYPT_MAX_COST`](crate::BCRYPT_MAX_COST)): without the right credentials, `401`
+    ///   with `WWW-Authenticate: Basic` (an `Authorization` that is not Basic, not base64 or
+    ///   not UTF-8 too). The user is compared in constant time; bcrypt runs on a pool of its
+    ///   own, one worker ([`Exporter::web_auth_pool`]), never on the loop nor on the render's
+    ///   slots; when it is busy, `503` with `Retry-After`, nothing queued. A verified
+    ///   credential is cached as a keyed sha256 digest (a per-process random key, the user,
+    ///   the hash and the password; the password itself is not kept), so a right password
+    ///   costs one bcrypt until 64 other credentials push it out.
+    /// - **`http_server_config.headers`**: exporter-toolkit's five (`Content-Security-Policy`,
+    ///   `X-Frame-Options` `deny` or `sameorigin`, `X-Content-Type-Options` `nosniff`,
+    ///   `X-XSS-Protection`, `Strict-Transport-Security`), added to every answer.
+    /// - **`rate_limit`** (`interval`, `burst`): a token bucket over every request, checked
+    ///   before the credentials; past it, `429`.
+    ///
+    /// Not supported, an error naming the key: `tls_server_config` (no TLS yet: terminate it
+    /// in front), `http_server_config.http2: true` (the exporter speaks HTTP/1.1), any key
+    /// exporter-toolkit does not have.
+    ///
+    /// The file is `stat`ed on every request and read again when its modification time,
+    /// length or inode changed: a new user applies at once. A bad new file keeps the last
+    /// good one and says why with `log::warn!`, once per change.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](ExporterBuilder::build) fails with
+    /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the key when the file does not
+    /// parse, and with the read's error when it cannot be read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+    ///
+    /// let path = std::env::temp_dir().join(format!("web-{}.yml", std::process::id()));
+    /// std::fs::write(&path, "basic_auth_users:\n  \
+    ///     prometheus: $2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K\n")?;
+    /// let source = || render_fn(PROMETHEUS_TEXT, |b| Ok(b.extend_from_slice(b"up 1\n")));
+    /// let exporter = Exporter::builder().source(source()).web_config_file(&path).build()?;
+    /// assert_eq!(exporter.web_auth_pool().map(|p| p.stats().capacity), Some(1));
+    ///
+    /// std::fs::write(&path, "tls_server_config:\n  cert_file: server.crt\n")?;
+    /// let err = Exporter::builder().source(source()).web_config_file(&path).build().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// assert!(err.to_string().contains("tls_server_config"), "{err}");
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[cfg(feature = "web-config")]
+    pub fn web_config_file(mut self, path: impl Into<std::path::PathBuf>) -> ExporterBuilder {
+        self.settings.web_config_file = Some(path.into());
+        self
+    }
+
     /// Where failures of walks whose scrape left are reported (default: loopguard's
     /// default handler, which logs and counts).
     pub fn on_orphan(mut self, handler: OrphanHandler) -> ExporterBuilder {
@@ -312,7 +374,8 @@ impl ExporterBuilder {
     /// # Errors
     ///
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the setting when one is out of
-    /// range or no source was given; the pool's own error if its threads cannot start.
+    /// range or no source was given, or naming the key of a web config file that does not
+    /// parse; the pool's own error if its threads cannot start.
     pub fn build(self) -> io::Result<Exporter> {
         let s = &self.settings;
         let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
@@ -359,6 +422,12 @@ impl ExporterBuilder {
         if s.coalesce.is_some() && s.offload != Offload::Pool {
             return invalid("coalesce needs Offload::Pool".into());
         }
+        #[cfg(feature = "web-config")]
+        let web = s.web_config_file.clone().map(crate::web_config::Web::load);
+        #[cfg(feature = "web-config")]
+        let web = web.transpose()?;
+        #[cfg(not(feature = "web-config"))]
+        let web = ();
         let mut pool = Pool::builder()
             .name(&s.pool_name)
             .workers(s.workers)
@@ -375,6 +444,6 @@ impl ExporterBuilder {
             Some(lag) => lag,
             None => Some(LoopLag::new(&s.pool_name)?),
         };
-        Exporter::new(self.settings, source, pool, lag)
+        Exporter::new(self.settings, source, pool, lag, web)
     }
 }

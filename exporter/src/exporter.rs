@@ -53,6 +53,13 @@ pub struct Exporter {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// The web config file and its bcrypt verifier, when one was given (feature `web-config`).
+#[cfg(feature = "web-config")]
+pub(crate) type Web = Option<crate::web_config::Web>;
+/// Nothing without the feature `web-config`.
+#[cfg(not(feature = "web-config"))]
+pub(crate) type Web = ();
+
 pub(crate) struct Inner {
     pub(crate) settings: Settings,
     pub(crate) source: Arc<dyn Source>,
@@ -63,6 +70,9 @@ pub(crate) struct Inner {
     pub(crate) lag: Option<LoopLag>,
     /// One probe per exporter: held by the serve that runs it, handed on when it ends.
     probing: Probe,
+    /// The web config file and its bcrypt verifier, when one was given.
+    #[cfg_attr(not(feature = "web-config"), allow(dead_code))]
+    pub(crate) web: Web,
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
@@ -89,6 +99,7 @@ impl Exporter {
         source: Arc<dyn Source>,
         pool: Pool,
         lag: Option<LoopLag>,
+        web: Web,
     ) -> io::Result<Exporter> {
         let series = Arc::<HandlerSeries>::default();
         let source: Arc<dyn Source> = Arc::new(Instrumented {
@@ -108,6 +119,7 @@ impl Exporter {
                 series,
                 lag,
                 probing: Probe::default(),
+                web,
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),
                 shed: AtomicU64::new(0),
@@ -167,6 +179,15 @@ impl Exporter {
     /// [`ExporterBuilder::loop_lag`].
     pub fn loop_lag(&self) -> Option<&LoopLag> {
         self.inner.lag.as_ref()
+    }
+
+    /// The pool bcrypt verifications run on (one worker), when a
+    /// [`web_config_file`](ExporterBuilder::web_config_file) was given: its stats count
+    /// the verifications (`jobs_ok`) and the requests refused because it was busy
+    /// (`rejected`). Feature `web-config`.
+    #[cfg(feature = "web-config")]
+    pub fn web_auth_pool(&self) -> Option<&Pool> {
+        self.inner.web.as_ref().map(|web| web.pool())
     }
 
     /// Connections open now, over every listener.

@@ -90,6 +90,7 @@
 //! | `metrics-exporter-prometheus` | on | `impl Source for PrometheusHandle` |
 //! | `prometheus-client` | off | `impl Source for Arc<prometheus_client::registry::Registry>` |
 //! | `zstd` | off | zstd offered beside gzip; the `zstd` crate builds libzstd's C sources (a C compiler; 7 s on two cores here) |
+//! | `web-config` | off | exporter-toolkit's web config file without TLS ([`ExporterBuilder::web_config_file`]): basic auth (bcrypt), headers, rate limit; a YAML parser, bcrypt and sha2 that an exporter without the file does not build |
 //!
 //! # Executors
 //!
@@ -120,6 +121,8 @@ mod routes;
 mod sliced;
 mod source;
 mod status;
+#[cfg(feature = "web-config")]
+mod web_config;
 
 pub use builder::{ExporterBuilder, POOL_NAME};
 pub use encoding::{Encoding, GZIP_LEVEL, ZSTD_LEVEL};
@@ -127,3 +130,5 @@ pub use exporter::{Exporter, Serve};
 pub use offload::{Offload, walk};
 pub use source::{Format, OPENMETRICS_TEXT, PROMETHEUS_TEXT, RenderFn, Source, render_fn};
 pub use status::Unserved;
+#[cfg(feature = "web-config")]
+pub use web_config::BCRYPT_MAX_COST;

@@ -46,9 +46,57 @@ fn unserved(unserved: &Unserved, turn: &Turn) -> Reply {
     response
 }
 
+/// Answers one request: through the web config first (its headers on every answer, its
+/// rate limit, its users), then [`served`].
+pub(crate) async fn handle(
+    inner: &Inner,
+    request: Request<Incoming>,
+    turn: &Turn,
+) -> Result<Reply, Infallible> {
+    #[cfg(feature = "web-config")]
+    if let Some(web) = &inner.web {
+        let (headers, admitted) = web.admit(request.headers()).await;
+        let mut reply = match admitted {
+            Ok(()) => served(inner, request, turn).await?,
+            Err(refused) => refused_reply(&refused, turn),
+        };
+        reply.headers_mut().extend(headers);
+        return Ok(reply);
+    }
+    served(inner, request, turn).await
+}
+
+/// The answer for a request the web config did not let in.
+#[cfg(feature = "web-config")]
+fn refused_reply(refused: &crate::web_config::Refused, turn: &Turn) -> Reply {
+    use crate::web_config::Refused;
+    use hyper::header::WWW_AUTHENTICATE;
+    match refused {
+        Refused::Unauthorized => {
+            let mut response = reply(StatusCode::UNAUTHORIZED, TEXT, "Unauthorized\n", turn);
+            let headers = response.headers_mut();
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+            response
+        }
+        Refused::Busy(secs) => {
+            let body = "busy verifying credentials: retry after Retry-After\n";
+            let mut response = reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, body, turn);
+            let headers = response.headers_mut();
+            headers.insert(RETRY_AFTER, HeaderValue::from(*secs));
+            response
+        }
+        Refused::TooMany => reply(
+            StatusCode::TOO_MANY_REQUESTS,
+            TEXT,
+            "Too Many Requests\n",
+            turn,
+        ),
+    }
+}
+
 /// Routes one request; a `/metrics` one is counted in the handler's series (in flight
 /// while it is served, then under its status code), whatever its answer.
-pub(crate) async fn handle(
+async fn served(
     inner: &Inner,
     request: Request<Incoming>,
     turn: &Turn,

@@ -771,3 +771,73 @@ fn the_sockets_systemd_passes_are_served() {
     assert_eq!(exporter.get("/metrics", &[]).status, 200);
     assert_eq!(exporter.get("/healthz", &[]).text(), "ok\n");
 }
+
+/// `--web.config.file`: exporter-toolkit's file guards every path; a bad one stops the
+/// start with the key named. The hash is Debian's `htpasswd`'s (skipped without it, unless
+/// LOOPGUARD_REQUIRE_TOOLS is set).
+#[test]
+#[cfg(feature = "web-config")]
+fn the_web_config_file_guards_every_path() {
+    let Some(htpasswd) = tool("htpasswd") else {
+        return;
+    };
+    let out = Command::new(htpasswd)
+        .args(["-nbBC", "10", "prometheus", "s3cret"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    let (_, hash) = line.trim().split_once(':').unwrap();
+    let dir = std::env::temp_dir().join(format!("loopguard-example-web-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("web.yml");
+    let config = format!(
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n\
+         basic_auth_users:\n  prometheus: {hash}\n"
+    );
+    std::fs::write(&path, config).unwrap();
+    let exporter = Exporter::start(&["--web.config.file", path.to_str().unwrap()]);
+    for path in ["/metrics", "/healthz", "/"] {
+        let refused = exporter.get(path, &[]);
+        assert_eq!(refused.status, 401, "{path}");
+        assert_eq!(refused.header("www-authenticate"), Some("Basic"));
+        assert_eq!(refused.header("x-content-type-options"), Some("nosniff"));
+    }
+    // "prometheus:s3cret" in base64.
+    let right = [("Authorization", "Basic cHJvbWV0aGV1czpzM2NyZXQ=")];
+    let scraped = exporter.get("/metrics", &right);
+    assert_eq!(scraped.status, 200);
+    assert!(
+        scraped.text().contains("loopguard_pool_capacity"),
+        "a real scrape"
+    );
+    drop(exporter);
+
+    std::fs::write(&path, "http_server_config:\n  http2: true\n").unwrap();
+    let out = Command::new(Exporter::binary())
+        .args(["--listen", "127.0.0.1:0", "--web.config.file"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("http_server_config.http2"), "{stderr}");
+}
+
+/// `name` on the `PATH`; missing, `None` with a line on stderr, unless
+/// `LOOPGUARD_REQUIRE_TOOLS` is set: then a missing tool fails the test.
+#[cfg(feature = "web-config")]
+fn tool(name: &str) -> Option<std::path::PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    let found = std::env::split_paths(&paths)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("LOOPGUARD_REQUIRE_TOOLS").is_none(),
+            "`{name}` is not installed (Debian: see .ci/run's tool list)"
+        );
+        eprintln!("SKIPPED: `{name}` is not installed");
+    }
+    found
+}

@@ -1,10 +1,14 @@
 //! The exporter's command line.
 
+use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use loopguard_exporter::ExporterBuilder;
+
 pub const USAGE: &str = "registry_exporter [--listen 127.0.0.1:9898] [--web.listen-address ADDR]... [--web.systemd-socket] \
-[--workers 2] [--worker-nice 10] [--worker-class idle] \
+[--web.config.file PATH] [--workers 2] [--worker-nice 10] [--worker-class idle] \
 [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000] \
 [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000] [--cardinality-interval-ms 30000]";
 
@@ -15,6 +19,8 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// `--web.systemd-socket`: serve the sockets systemd passed (`LISTEN_FDS`) instead.
     pub systemd_socket: bool,
+    /// `--web.config.file`: exporter-toolkit's web config (basic auth, headers, rate limit).
+    pub web_config: Option<PathBuf>,
     pub workers: usize,
     /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.
     pub worker_nice: u8,
@@ -42,6 +48,7 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
     let mut c = Config {
         listen: Vec::new(),
         systemd_socket: false,
+        web_config: None,
         workers: 2,
         worker_nice: 10,
         worker_sched_idle: true,
@@ -78,6 +85,7 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
                     .into(),
                 None => value.parse().map_err(|e| bad(&e))?,
             }),
+            "--web.config.file" => c.web_config = Some(value.into()),
             "--workers" => c.workers = number()? as usize,
             "--worker-nice" => match number()? {
                 n @ 0..=19 => c.worker_nice = n as u8,
@@ -116,4 +124,18 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         return Err("--scrape-budget-ms and --demand-window-ms must be above 0".into());
     }
     Ok(c)
+}
+
+/// `--web.config.file`, given to the exporter (loopguard-exporter's feature `web-config`).
+pub fn web_config(builder: ExporterBuilder, config: &Config) -> io::Result<ExporterBuilder> {
+    match &config.web_config {
+        None => Ok(builder),
+        #[cfg(feature = "web-config")]
+        Some(path) => Ok(builder.web_config_file(path)),
+        #[cfg(not(feature = "web-config"))]
+        Some(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--web.config.file needs loopguard-exporter's feature `web-config`",
+        )),
+    }
 }

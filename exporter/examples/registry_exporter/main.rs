@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release --example registry_exporter -- [--listen 127.0.0.1:9898]
-//!     [--web.listen-address ADDR]... [--web.systemd-socket] [--workers 2]
+//!     [--web.listen-address ADDR]... [--web.systemd-socket] [--web.config.file PATH] [--workers 2]
 //!     [--worker-nice 10] [--worker-class idle] [--series 10000] [--walk-delay-ms 0] [--cache-ttl-ms 0] [--scrape-budget-ms 30000]
 //!     [--scrape-timeout-offset-ms 500] [--demand-window-ms 5000]
 //!     [--cardinality-interval-ms 30000]
@@ -54,6 +54,7 @@ async fn run(config: cli::Config) -> io::Result<()> {
         // Failures of walks whose scrape left (budget spent) go to stderr, once each.
         .on_orphan(OrphanHandler::new(|report| eprintln!("orphaned: {report}")))
         .status_note(cardinality.note());
+    exporter = cli::web_config(exporter, &config)?; // --web.config.file: auth, headers, limit
     if !config.cache_ttl.is_zero() {
         exporter = exporter.coalesce(config.cache_ttl); // one walk per TTL, shared
     }

@@ -1,0 +1,61 @@
+//! exporter-toolkit's web config file (feature `web-config`), without TLS: basic auth,
+//! extra headers, a rate limit; checked again whenever the file changes.
+
+mod limit;
+mod parse;
+mod verify;
+mod watch;
+
+use std::io;
+use std::path::PathBuf;
+
+use hyper::HeaderMap;
+use hyper::header::AUTHORIZATION;
+use loopguard::pool::Pool;
+
+pub use parse::BCRYPT_MAX_COST;
+pub(crate) use verify::Refused;
+
+/// The web config of an exporter: its file, watched, and the bcrypt verifier.
+#[derive(Debug)]
+pub(crate) struct Web {
+    file: watch::Watched,
+    verifier: verify::Verifier,
+}
+
+impl Web {
+    /// Reads and checks the file; an error names the key at fault.
+    pub(crate) fn load(path: PathBuf) -> io::Result<Web> {
+        Ok(Web {
+            file: watch::Watched::load(path)?,
+            verifier: verify::Verifier::new()?,
+        })
+    }
+
+    /// The pool bcrypt runs on.
+    pub(crate) fn pool(&self) -> &Pool {
+        self.verifier.pool()
+    }
+
+    /// Checks a request against the file as it is now: the headers to add to its answer,
+    /// and whether it may be served. The limit is checked before the credentials, so a
+    /// flood past it costs no bcrypt.
+    pub(crate) async fn admit(&self, request: &HeaderMap) -> (HeaderMap, Result<(), Refused>) {
+        let loaded = self.file.current();
+        let mut headers = HeaderMap::new();
+        for (name, value) in &loaded.config.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        if let Some(limiter) = &loaded.limiter {
+            if !limiter.allow() {
+                return (headers, Err(Refused::TooMany));
+            }
+        }
+        let authorization = request.get(AUTHORIZATION).map(|v| v.as_bytes());
+        let admitted = self
+            .verifier
+            .check(&loaded.config.users, authorization)
+            .await;
+        (headers, admitted)
+    }
+}

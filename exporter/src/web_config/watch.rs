@@ -1,0 +1,121 @@
+//! The file, checked again when it changes: a new file that parses replaces the last one,
+//! a bad one keeps it and says why in the log.
+
+use std::fs::Metadata;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use super::limit::Limiter;
+use super::parse::{self, WebConfig};
+
+/// A parsed file and its rate limiter.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) config: WebConfig,
+    pub(crate) limiter: Option<Arc<Limiter>>,
+}
+
+/// What tells a changed file: its modification time, length, inode and change time.
+#[derive(Clone, Debug, PartialEq)]
+struct Stamp(Option<SystemTime>, u64, u64, i64, i64);
+
+impl Stamp {
+    fn of(meta: &Metadata) -> Stamp {
+        #[cfg(unix)]
+        let (ino, ctime, ctime_ns) = {
+            use std::os::unix::fs::MetadataExt as _;
+            (meta.ino(), meta.ctime(), meta.ctime_nsec())
+        };
+        #[cfg(not(unix))]
+        let (ino, ctime, ctime_ns) = (0, 0, 0);
+        Stamp(meta.modified().ok(), meta.len(), ino, ctime, ctime_ns)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    /// The file as last looked at, good or bad: a bad one is reported once.
+    seen: Option<Stamp>,
+    loaded: Arc<Loaded>,
+}
+
+/// The web config file and the last good version of it.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    path: PathBuf,
+    state: Mutex<State>,
+}
+
+impl Watched {
+    /// Reads the file; [`InvalidInput`](io::ErrorKind::InvalidInput) naming the key when it
+    /// does not parse, the read's error when it cannot be read.
+    pub(crate) fn load(path: PathBuf) -> io::Result<Watched> {
+        let meta = std::fs::metadata(&path).map_err(|e| at(&path, e))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| at(&path, e))?;
+        let config = parse::parse(&text).map_err(|e| {
+            let message = format!("web config {}: {e}", path.display());
+            io::Error::new(io::ErrorKind::InvalidInput, message)
+        })?;
+        let loaded = Arc::new(Loaded {
+            limiter: limiter(&config, None),
+            config,
+        });
+        let state = Mutex::new(State {
+            seen: Some(Stamp::of(&meta)),
+            loaded,
+        });
+        Ok(Watched { path, state })
+    }
+
+    /// The file as it is now: one `stat` per call; read and parsed again when it changed.
+    /// A bad new file keeps the last good one, and is logged once.
+    pub(crate) fn current(&self) -> Arc<Loaded> {
+        let stamp = std::fs::metadata(&self.path).map(|m| Stamp::of(&m));
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = stamp.as_ref().ok().cloned();
+        if now == state.seen {
+            return state.loaded.clone();
+        }
+        state.seen = now;
+        let reread = match stamp {
+            Err(err) => Err(format!("cannot read it: {err}")),
+            Ok(_) => std::fs::read_to_string(&self.path)
+                .map_err(|e| format!("cannot read it: {e}"))
+                .and_then(|text| parse::parse(&text)),
+        };
+        let problem = match reread {
+            Ok(config) => {
+                let limiter = limiter(&config, state.loaded.limiter.as_ref());
+                state.loaded = Arc::new(Loaded { config, limiter });
+                None
+            }
+            Err(problem) => Some(problem),
+        };
+        let loaded = state.loaded.clone();
+        drop(state);
+        // The logger is the application's: called with no lock held.
+        match problem {
+            Some(problem) => log::warn!(
+                "web config {}: {problem}; keeping the last good one",
+                self.path.display()
+            ),
+            None => log::info!("web config {}: reloaded", self.path.display()),
+        }
+        loaded
+    }
+}
+
+/// The limiter `config` asks for: the old one kept when its settings did not change.
+fn limiter(config: &WebConfig, old: Option<&Arc<Limiter>>) -> Option<Arc<Limiter>> {
+    let (interval, burst) = config.rate_limit?;
+    match old {
+        Some(old) if old.settings() == (interval, burst) => Some(old.clone()),
+        _ => Some(Arc::new(Limiter::new(interval, burst))),
+    }
+}
+
+fn at(path: &std::path::Path, err: io::Error) -> io::Error {
+    io::Error::new(err.kind(), format!("web config {}: {err}", path.display()))
+}
