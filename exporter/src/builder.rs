@@ -291,7 +291,11 @@ impl ExporterBuilder {
     ///
     /// The file is `stat`ed on every request and read again when its modification time,
     /// length or inode changed: a new user applies at once. A bad new file keeps the last
-    /// good one and says why with `log::warn!`, once per change.
+    /// good one and says why with `log::warn!`, once per change; so does a file with no
+    /// `basic_auth_users` where the last good one has some (a file written in place is
+    /// empty or cut short for a moment: replace it by a rename; turning basic auth off
+    /// takes a restart), and a file over 1 MiB. bcrypt runs on a pool of one worker of its
+    /// own (`web-auth`), at the render workers' nice value.
     ///
     /// # Errors
     ///
@@ -423,7 +427,8 @@ impl ExporterBuilder {
             return invalid("coalesce needs Offload::Pool".into());
         }
         #[cfg(feature = "web-config")]
-        let web = s.web_config_file.clone().map(crate::web_config::Web::load);
+        let web = (s.web_config_file.clone())
+            .map(|path| crate::web_config::Web::load(path, s.worker_nice));
         #[cfg(feature = "web-config")]
         let web = web.transpose()?;
         #[cfg(not(feature = "web-config"))]

@@ -259,6 +259,13 @@ on_every_executor! {
             assert!(warned[0].contains("basic_auth_users.alice"), "{warned:?}");
             replace(&path, &one);
             assert_unauthorized(&with(addr, "/metrics", &b), "bob removed");
+            // Written in place, the file is empty for a moment: that never turns auth off.
+            std::fs::write(&path, "").unwrap();
+            assert_unauthorized(&get(addr, "/metrics", &[]), "an empty file is not taken");
+            assert_eq!(with(addr, "/metrics", &a).status, 200, "alice still in");
+            let warned = warnings(&marker);
+            assert_eq!(warned.len(), 2, "{warned:?}");
+            assert!(warned[1].contains("no basic_auth_users"), "{warned:?}");
         })
         .await;
     }

@@ -24,11 +24,12 @@ pub(crate) struct Web {
 }
 
 impl Web {
-    /// Reads and checks the file; an error names the key at fault.
-    pub(crate) fn load(path: PathBuf) -> io::Result<Web> {
+    /// Reads and checks the file; an error names the key at fault. The verifier's worker
+    /// runs at `nice`, the render workers' value, below the loop.
+    pub(crate) fn load(path: PathBuf, nice: u8) -> io::Result<Web> {
         Ok(Web {
             file: watch::Watched::load(path)?,
-            verifier: verify::Verifier::new()?,
+            verifier: verify::Verifier::new(nice)?,
         })
     }
 

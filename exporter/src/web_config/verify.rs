@@ -51,10 +51,17 @@ impl std::fmt::Debug for Verifier {
 }
 
 impl Verifier {
-    pub(crate) fn new() -> io::Result<Verifier> {
+    /// A verifier whose one worker runs at `nice`: a flood of wrong passwords costs the
+    /// loop no more than a walk does. Not in the idle class: there a busy machine would
+    /// leave every login refused.
+    pub(crate) fn new(nice: u8) -> io::Result<Verifier> {
         let mut key = [0; 32];
         getrandom::fill(&mut key).map_err(io::Error::other)?;
-        let pool = Pool::builder().name(AUTH_POOL_NAME).workers(1).build()?;
+        let pool = Pool::builder()
+            .name(AUTH_POOL_NAME)
+            .workers(1)
+            .worker_nice(nice)
+            .build()?;
         Ok(Verifier {
             pool,
             key,

@@ -41,6 +41,14 @@ struct State {
     loaded: Arc<Loaded>,
 }
 
+/// The largest web config file read (it is read on the loop): exporter-toolkit's files are
+/// a few hundred bytes.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+fn too_large(len: u64) -> String {
+    format!("{len} bytes is more than the {MAX_FILE_BYTES} a web config file may have")
+}
+
 /// The web config file and the last good version of it.
 #[derive(Debug)]
 pub(crate) struct Watched {
@@ -53,6 +61,10 @@ impl Watched {
     /// does not parse, the read's error when it cannot be read.
     pub(crate) fn load(path: PathBuf) -> io::Result<Watched> {
         let meta = std::fs::metadata(&path).map_err(|e| at(&path, e))?;
+        if meta.len() > MAX_FILE_BYTES {
+            let message = format!("web config {}: {}", path.display(), too_large(meta.len()));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+        }
         let text = std::fs::read_to_string(&path).map_err(|e| at(&path, e))?;
         let config = parse::parse(&text).map_err(|e| {
             let message = format!("web config {}: {e}", path.display());
@@ -81,11 +93,20 @@ impl Watched {
         state.seen = now;
         let reread = match stamp {
             Err(err) => Err(format!("cannot read it: {err}")),
+            Ok(stamp) if stamp.1 > MAX_FILE_BYTES => Err(too_large(stamp.1)),
             Ok(_) => std::fs::read_to_string(&self.path)
                 .map_err(|e| format!("cannot read it: {e}"))
                 .and_then(|text| parse::parse(&text)),
         };
         let problem = match reread {
+            // A file written in place is empty, or cut short, for a moment: one that would
+            // turn basic auth off is not taken (turning it off takes a restart).
+            Ok(config) if config.users.is_empty() && !state.loaded.config.users.is_empty() => Some(
+                "it has no basic_auth_users where the last good one has some (an empty \
+                     or cut-short file is not taken: replace the file by a rename; turning \
+                     basic auth off takes a restart)"
+                    .to_string(),
+            ),
             Ok(config) => {
                 let limiter = limiter(&config, state.loaded.limiter.as_ref());
                 state.loaded = Arc::new(Loaded { config, limiter });
