@@ -198,6 +198,22 @@ impl Classify for Outcome {
 }
 
 /// `Ok` is a success; `Err(e)` is whatever `e` says.
+///
+/// Whatever `Ok` holds is a success, a nested `Ok(Err(_))` included: `Pool::run_within` of
+/// a [`Fallible`](crate::Fallible) job resolves to `Ok(Err(e))` when the job fails, so
+/// measure [`Pool::try_run_within`](crate::pool::Pool::try_run_within) instead (it resolves flat,
+/// the job's `Err` in [`WithinError::Failed`]) or flatten the result first:
+///
+/// ```
+/// use loopguard::operation::{Classify, Outcome};
+/// use loopguard::pool::RunError;
+///
+/// let nested: Result<Result<u8, std::io::Error>, RunError> =
+///     Ok(Err(std::io::Error::other("walk failed")));
+/// assert_eq!(nested.outcome(), Outcome::Success); // the job's failure is not seen
+/// let flat = nested.map_err(std::io::Error::from).and_then(|r| r);
+/// assert_eq!(flat.outcome(), Outcome::Error);
+/// ```
 impl<T, E: Classify> Classify for Result<T, E> {
     fn outcome(&self) -> Outcome {
         match self {
