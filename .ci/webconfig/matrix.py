@@ -31,6 +31,7 @@ import argparse
 import atexit
 import os
 import pathlib
+import shutil
 import sys
 import tempfile
 import threading
@@ -172,6 +173,11 @@ def main():
     parser.add_argument("--require-tls", action="store_true",
                         help="the example must take tls_server_config (built with `tls`)")
     args = parser.parse_args()
+    tools = ["openssl", "htpasswd", "promtool", args.prometheus, args.node_exporter, args.example]
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        sys.exit(f"webconfig: not installed: {' '.join(missing)} (Debian: openssl, apache2-utils, "
+                 "prometheus, prometheus-node-exporter; see .ci/run)")
     started_at = time.monotonic()
     atexit.register(peers.stop_all)
     timer = threading.Timer(WATCHDOG_SECONDS, lambda: (print(

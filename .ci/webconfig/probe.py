@@ -1,7 +1,8 @@
 """One request of the matrix, sent with Python's ssl and http.client, and its outcome.
 
 An outcome has a class (`200`, `401`, `400`, ..., `refused`: the TLS handshake or the
-connection was refused, `closed`: a plain connection closed without an answer, `timeout`)
+connection was refused, `closed`: a plain connection closed without an answer, `timeout`,
+`bad server certificate`: this client refused the server's, so no cell expects it)
 and a key that two peers must share: the status, the headers that matter here
 (`WWW-Authenticate` and the web config's own headers) and, for a 400, the body (Go answers
 plain HTTP sent to a TLS port with a one-line body). A refusal's reason (the TLS alert) is
@@ -85,6 +86,9 @@ def send(addr, request, pki):
         conn.request("GET", "/metrics", headers=headers)
         answer = conn.getresponse()
         body = answer.read()
+    except ssl.SSLCertVerificationError as err:
+        # The client refused the server's certificate: the fixtures are wrong, not the peer.
+        return Outcome("bad server certificate", "bad server certificate", err.verify_message)
     except ssl.SSLError as err:
         return Outcome("refused", "refused", f"{type(err).__name__}: {err.reason or err}")
     except (ConnectionError, http.client.RemoteDisconnected) as err:
