@@ -54,8 +54,10 @@ subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
 """
 
-# The headers exporter-toolkit's allow-list permits, with values its rules accept.
+# The headers exporter-toolkit's allow-list permits, with values its rules accept: in the
+# files named in WITH_HEADERS.
 HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "deny"}
+WITH_HEADERS = ("basic+headers", "tls+basic")
 
 
 def run(cmd, cwd=None):
@@ -108,7 +110,8 @@ def web_configs(d: pathlib.Path, pki):
     tls = (f"tls_server_config:\n  cert_file: {pki['server.crt']}\n"
            f"  key_file: {pki['server.key']}\n")
     texts = {
-        "basic": headers + users,
+        "basic": users,
+        "basic+headers": headers + users,
         "tls": tls,
         "tls+basic": tls + headers + users,
         "tls13": tls + "  min_version: TLS13\n",

@@ -3,9 +3,9 @@
     python3 .ci/webconfig/matrix.py --example PATH [--require-tls]
         [--node-exporter prometheus-node-exporter] [--prometheus prometheus]
 
-1. Makes a test PKI, bcrypt hashes (htpasswd) and five web config files (fixtures.py):
+1. Makes a test PKI, bcrypt hashes (htpasswd) and six web config files (fixtures.py):
    basic auth only, TLS only, TLS + basic auth, TLS with min_version TLS13, TLS with
-   RequireAndVerifyClientCert + client_ca_file. Debian's `promtool check web-config`
+   RequireAndVerifyClientCert + client_ca_file (and basic auth with headers). Debian's `promtool check web-config`
    must accept every one (and refuse two broken controls, so that its check is real).
 2. Gives each file to Debian's node_exporter 1.5 and to the exporter example (PATH), and
    sends both the same requests (probe.py): plain HTTP to a TLS port, TLS 1.2 and 1.3
@@ -60,6 +60,10 @@ def cells():
     # A TLS ClientHello to a plain port: Go answers it as a bad HTTP request, which no TLS
     # client takes for a ServerHello.
     out.append(("basic", "TLS to a plain-HTTP port", Request(True, RIGHT), "refused"))
+    # The file's headers go on every answer, refused or served.
+    for row, authorization in (AUTH_ROWS[0], AUTH_ROWS[1], AUTH_ROWS[-2]):
+        want = "200" if row.startswith("right user") else "401"
+        out.append(("basic+headers", row, Request(False, authorization), want))
     for row, authorization in AUTH_ROWS:
         want = "200" if row.startswith("right user") else "401"
         out.append(("tls+basic", f"{row}, over TLS", Request(True, authorization), want))
@@ -121,7 +125,9 @@ def start_peers(args, files):
         except peers.Refused as refused:
             example = None
             said = str(refused).strip().splitlines()[-1]
-            if args.require_tls or "tls" not in name:
+            if "tls" not in name:
+                failures.append(f"the example refused {name}: {said}")
+            elif args.require_tls:
                 failures.append(f"the example refused {name} (--require-tls): {said}")
             else:
                 print(f"  SKIPPED: the example's {name} cells (built without TLS: {said})")
@@ -139,14 +145,17 @@ def run_cells(started, pki):
         if name not in started:
             continue
         node, example = started[name]
-        got_node = probe.send(node.addr, request, pki)
-        got_example = probe.send(example.addr, request, pki) if example else None
+        headers = tuple(fixtures.HEADERS) if name in fixtures.WITH_HEADERS else ()
+        got_node = probe.send(node.addr, request, pki, headers)
+        got_example = probe.send(example.addr, request, pki, headers) if example else None
         if got_node.cls != want:
             verdict = f"FAIL: node_exporter answered {got_node.cls}, expected {want}"
         elif got_example is None:
             verdict = "skipped (example without TLS)"
+        elif got_example.cls != got_node.cls:
+            verdict = "FAIL: different outcome"
         elif got_example.key != got_node.key:
-            verdict = "FAIL: different"
+            verdict = "FAIL: different headers or body"
         else:
             verdict = "same"
         rows.append((name, row, want, got_node, got_example, verdict))
