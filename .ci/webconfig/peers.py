@@ -74,7 +74,7 @@ class Peer:
             self.addr = None
         if self.addr is None:
             stop(self.proc)
-            raise StartFailed(self.output())
+            raise StartFailed(f"`{' '.join(map(str, cmd))}` (exit {self.proc.returncode}): {self.output()}")
 
     def output(self):
         return "".join(self.lines)
