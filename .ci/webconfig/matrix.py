@@ -4,17 +4,19 @@
         [--node-exporter prometheus-node-exporter] [--prometheus prometheus]
 
 1. Makes a test PKI, bcrypt hashes (htpasswd) and six web config files (fixtures.py):
-   basic auth only, TLS only, TLS + basic auth, TLS with min_version TLS13, TLS with
-   RequireAndVerifyClientCert + client_ca_file (and basic auth with headers). Debian's `promtool check web-config`
-   must accept every one (and refuse two broken controls, so that its check is real).
+   basic auth only, basic auth with headers, TLS only, TLS + basic auth (with headers),
+   TLS with min_version TLS13, TLS with RequireAndVerifyClientCert + client_ca_file.
+   Debian's `promtool check web-config` must accept every one (and refuse two broken
+   controls, so that its check is real).
 2. Gives each file to Debian's node_exporter 1.5 and to the exporter example (PATH), and
    sends both the same requests (probe.py): plain HTTP to a TLS port, TLS 1.2 and 1.3
    against min_version, a client certificate missing, from another CA and right, no
    credentials, a wrong password, an unknown user, an Authorization that is not Basic, not
    base64, not UTF-8, the right user. Each cell's outcome (handshake refused, or the status
    with WWW-Authenticate and the file's headers) must be the same from both, and
-   node_exporter's must be the one the cell expects (issue 30's required behaviour, which
-   is node_exporter's: where they differ, the cell says so).
+   node_exporter's must be the one the cell expects (issue 30's required behaviour; it
+   asks for node_exporter's outcome, and node_exporter 1.5 gives it in every cell: the one
+   difference beyond the outcome, Go's extra nosniff header, is told in probe.py).
 3. A real Prometheus scrapes both peers with basic auth (over TLS for the TLS + basic auth
    file) and reads `up` 1 with the right password, 0 (a 401) with a wrong one.
 
