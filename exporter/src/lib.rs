@@ -121,6 +121,8 @@ mod routes;
 mod sliced;
 mod source;
 mod status;
+#[cfg(feature = "tls")]
+mod tls_accept;
 #[cfg(feature = "web-config")]
 mod web_config;
 

@@ -27,6 +27,9 @@ pub(crate) struct WebConfig {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// `rate_limit`: one request per `interval`, bursts of `burst`; `None` when off.
     pub(crate) rate_limit: Option<(Duration, u32)>,
+    /// `tls_server_config`; `None`: plain HTTP.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<super::tls::parse::TlsSettings>,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -37,12 +40,13 @@ impl std::fmt::Debug for WebConfig {
             .field("users", &users)
             .field("headers", &self.headers)
             .field("rate_limit", &self.rate_limit)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-/// Parses `text`; an error names the key at fault (`http_server_config.http2`, …).
-pub(crate) fn parse(text: &str) -> Result<WebConfig, String> {
+/// Parses `text`; an error names the key at fault (`http_server_config.http2`, …). `dir`
+/// is the file's directory, where relative paths in `tls_server_config` start.
+pub(crate) fn parse(text: &str, dir: &std::path::Path) -> Result<WebConfig, String> {
     let root: Value = serde_norway::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
     let mut config = WebConfig::default();
     let Some(root) = mapping(&root, "the file")? else {
@@ -50,9 +54,13 @@ pub(crate) fn parse(text: &str) -> Result<WebConfig, String> {
     };
     for (key, value) in root {
         match string_key(key, "")? {
+            #[cfg(feature = "tls")]
+            "tls_server_config" => config.tls = super::tls::parse::parse(value, dir)?,
+            #[cfg(not(feature = "tls"))]
             "tls_server_config" => {
-                return Err("tls_server_config: TLS is not supported yet; \
-                            terminate TLS in front of the exporter or drop the key"
+                let _ = dir;
+                return Err("tls_server_config: TLS needs loopguard-exporter's feature `tls`; \
+                            turn it on, terminate TLS in front of the exporter or drop the key"
                     .into());
             }
             "http_server_config" => http_server_config(value, &mut config)?,
@@ -234,7 +242,7 @@ mod tests {
     #[test]
     fn debug_shows_no_hash() {
         let hash = "$2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K";
-        let config = parse(&format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
+        let config = parse(&format!("basic_auth_users:\n  alice: {hash}\n"), ".".as_ref()).unwrap();
         let shown = format!("{config:?}");
         assert!(
             shown.contains("alice") && !shown.contains("$2y$"),
