@@ -20,6 +20,7 @@ impl Stamp {
     }
 
     /// The file at `path` now; `None` when it cannot be `stat`ed.
+    #[cfg(feature = "tls")]
     pub(crate) fn at(path: &std::path::Path) -> Option<Stamp> {
         std::fs::metadata(path).ok().map(|m| Stamp::of(&m))
     }
