@@ -62,30 +62,38 @@ fn pki() -> &'static Pki {
             let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
             params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
             params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-            params.distinguished_name.push(rcgen::DnType::CommonName, name);
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
             CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
         };
         let (a, b) = (ca("test CA A"), ca("test CA B"));
-        let leaf = |issuer: &CertifiedIssuer<'_, KeyPair>, name: &str, sans: Vec<SanType>, server| {
-            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-            params.subject_alt_names = sans;
-            params.distinguished_name.push(rcgen::DnType::CommonName, name);
-            params.extended_key_usages = vec![if server {
-                ExtendedKeyUsagePurpose::ServerAuth
-            } else {
-                ExtendedKeyUsagePurpose::ClientAuth
-            }];
-            let key = KeyPair::generate().unwrap();
-            let cert = params.signed_by(&key, issuer).unwrap();
-            let (cert_file, key_file) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-            std::fs::write(&cert_file, cert.pem()).unwrap();
-            std::fs::write(&key_file, key.serialize_pem()).unwrap();
-            Pair {
-                cert: cert.pem(),
-                key: key.serialize_pem(),
-                key_file,
-            }
-        };
+        let leaf =
+            |issuer: &CertifiedIssuer<'_, KeyPair>, name: &str, sans: Vec<SanType>, server| {
+                let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+                params.subject_alt_names = sans;
+                params
+                    .distinguished_name
+                    .push(rcgen::DnType::CommonName, name);
+                params.extended_key_usages = vec![if server {
+                    ExtendedKeyUsagePurpose::ServerAuth
+                } else {
+                    ExtendedKeyUsagePurpose::ClientAuth
+                }];
+                let key = KeyPair::generate().unwrap();
+                let cert = params.signed_by(&key, issuer).unwrap();
+                let (cert_file, key_file) = (
+                    dir.join(format!("{name}.crt")),
+                    dir.join(format!("{name}.key")),
+                );
+                std::fs::write(&cert_file, cert.pem()).unwrap();
+                std::fs::write(&key_file, key.serialize_pem()).unwrap();
+                Pair {
+                    cert: cert.pem(),
+                    key: key.serialize_pem(),
+                    key_file,
+                }
+            };
         let dns = |name: &str| SanType::DnsName(name.try_into().unwrap());
         let server_sans = || vec![SanType::IpAddress([127, 0, 0, 1].into()), dns("localhost")];
         let (ca_a_file, ca_b_file) = (dir.join("ca-a.crt"), dir.join("ca-b.crt"));
@@ -152,7 +160,10 @@ fn exporter(path: &Path) -> Exporter {
 }
 
 /// A client trusting CA A, speaking `versions`, presenting `cert` if given.
-fn client(versions: &[&'static rustls::SupportedProtocolVersion], cert: Option<&Pair>) -> Arc<ClientConfig> {
+fn client(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    cert: Option<&Pair>,
+) -> Arc<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(pki().ca_a.as_bytes()).unwrap())
@@ -172,7 +183,8 @@ fn client(versions: &[&'static rustls::SupportedProtocolVersion], cert: Option<&
     })
 }
 
-const BOTH: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+const BOTH: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
 const TLS12: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
 const TLS13: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
 
@@ -201,7 +213,10 @@ fn tls_get(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<Got> 
         Err(e) => return Err(e),
     }
     if raw.is_empty() {
-        return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "closed without an answer"));
+        return Err(std::io::Error::new(
+            ErrorKind::UnexpectedEof,
+            "closed without an answer",
+        ));
     }
     Ok(Got {
         answer: common::parse(&raw),
@@ -284,7 +299,10 @@ fn min_and_max_version_refuse_the_versions_outside() {
         let max12 = exporter(&config(&tls("  max_version: TLS12\n")));
         serving(&max12, |addr| {
             refused(addr, client(TLS13, None), "1.3 above max_version TLS12");
-            assert_eq!(scraped(addr, client(BOTH, None), "both").version, ProtocolVersion::TLSv1_2);
+            assert_eq!(
+                scraped(addr, client(BOTH, None), "both").version,
+                ProtocolVersion::TLSv1_2
+            );
         })
         .await;
     });
@@ -353,17 +371,31 @@ fn client_allowed_sans_refuse_a_certificate_without_one() {
             serving(&exporter, move |addr| {
                 for versions in [TLS12, TLS13] {
                     scraped(addr, client(versions, Some(&pki().client_a)), allowed);
-                    refused(addr, client(versions, Some(&pki().client_a_other)), "other SAN");
+                    refused(
+                        addr,
+                        client(versions, Some(&pki().client_a_other)),
+                        "other SAN",
+                    );
                 }
             })
             .await;
         }
         // RequireAnyClientCert: the SAN decides, whatever the CA.
-        let text = tls("  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [scraper.test]\n");
+        let text = tls(
+            "  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [scraper.test]\n",
+        );
         let exporter = exporter(&config(&text));
         serving(&exporter, |addr| {
-            scraped(addr, client(BOTH, Some(&pki().client_b)), "B's, with the SAN");
-            refused(addr, client(BOTH, Some(&pki().client_a_other)), "A's, without");
+            scraped(
+                addr,
+                client(BOTH, Some(&pki().client_b)),
+                "B's, with the SAN",
+            );
+            refused(
+                addr,
+                client(BOTH, Some(&pki().client_a_other)),
+                "A's, without",
+            );
             refused(addr, client(BOTH, None), "no certificate");
         })
         .await;
@@ -448,7 +480,11 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
         let dir = path.parent().unwrap().to_path_buf();
         let exporter = exporter(&path);
         serving(&exporter, move |addr| {
-            let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap().to_vec();
+            let der = |pem: &str| {
+                CertificateDer::from_pem_slice(pem.as_bytes())
+                    .unwrap()
+                    .to_vec()
+            };
             let first = scraped(addr, client(BOTH, None), "first");
             assert_eq!(first.server_cert, der(&pki().server.cert));
             replace(&dir.join("server.key"), &pki().renewed.key);
@@ -461,11 +497,25 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
             replace(&dir.join("server.key"), "not a key\n");
             for _ in 0..3 {
                 let kept = scraped(addr, client(BOTH, None), "bad key");
-                assert_eq!(kept.server_cert, der(&pki().renewed.cert), "the last good pair");
+                assert_eq!(
+                    kept.server_cert,
+                    der(&pki().renewed.cert),
+                    "the last good pair"
+                );
             }
-            let warned: Vec<String> = KEPT.0.lock().unwrap().iter().filter(|w| w.contains(&key_file)).cloned().collect();
+            let warned: Vec<String> = KEPT
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|w| w.contains(&key_file))
+                .cloned()
+                .collect();
             assert_eq!(warned.len(), 1, "once per change: {warned:?}");
-            assert!(warned[0].contains("tls_server_config.key_file"), "{warned:?}");
+            assert!(
+                warned[0].contains("tls_server_config.key_file"),
+                "{warned:?}"
+            );
             assert!(warned[0].contains("keeping the last good"), "{warned:?}");
 
             // A key that is not the certificate's: kept out too.
@@ -483,45 +533,135 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
 fn every_refused_key_is_an_error_at_start_naming_it() {
     let ca = format!("  client_ca_file: {}\n", pki().ca_a_file.display());
     let cases: Vec<(String, &str)> = vec![
-        (tls("  min_version: TLS11\n"), "tls_server_config.min_version"),
-        (tls("  min_version: TLS10\n"), "tls_server_config.min_version"),
-        (tls("  max_version: TLS11\n"), "tls_server_config.max_version"),
-        (tls("  min_version: TLS13\n  max_version: TLS12\n"), "tls_server_config.min_version"),
-        (tls("  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA]\n"), "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"),
-        (tls("  cipher_suites: [TLS_RSA_WITH_AES_128_GCM_SHA256]\n"), "tls_server_config.cipher_suites"),
-        (tls("  cipher_suites: [NOT_A_SUITE]\n"), "tls_server_config.cipher_suites"),
-        (tls("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n"), "tls_server_config.cipher_suites"),
-        (tls("  curve_preferences: [CurveP521]\n"), "tls_server_config.curve_preferences"),
-        (tls("  curve_preferences: [Curve25519]\n"), "tls_server_config.curve_preferences"),
-        (tls("  client_auth_type: RequireAndVerifyClientCert\n"), "tls_server_config.client_auth_type"),
-        (tls("  client_auth_type: VerifyClientCertIfGiven\n"), "tls_server_config.client_auth_type"),
-        (tls("  client_auth_type: Sometimes\n"), "tls_server_config.client_auth_type"),
+        (
+            tls("  min_version: TLS11\n"),
+            "tls_server_config.min_version",
+        ),
+        (
+            tls("  min_version: TLS10\n"),
+            "tls_server_config.min_version",
+        ),
+        (
+            tls("  max_version: TLS11\n"),
+            "tls_server_config.max_version",
+        ),
+        (
+            tls("  min_version: TLS13\n  max_version: TLS12\n"),
+            "tls_server_config.min_version",
+        ),
+        (
+            tls("  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA]\n"),
+            "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+        ),
+        (
+            tls("  cipher_suites: [TLS_RSA_WITH_AES_128_GCM_SHA256]\n"),
+            "tls_server_config.cipher_suites",
+        ),
+        (
+            tls("  cipher_suites: [NOT_A_SUITE]\n"),
+            "tls_server_config.cipher_suites",
+        ),
+        (
+            tls("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n  max_version: TLS12\n"),
+            "tls_server_config.cipher_suites",
+        ),
+        (
+            tls("  curve_preferences: [CurveP521]\n"),
+            "tls_server_config.curve_preferences",
+        ),
+        (
+            tls("  curve_preferences: [Curve25519]\n"),
+            "tls_server_config.curve_preferences",
+        ),
+        (
+            tls("  client_auth_type: RequireAndVerifyClientCert\n"),
+            "tls_server_config.client_auth_type",
+        ),
+        (
+            tls("  client_auth_type: VerifyClientCertIfGiven\n"),
+            "tls_server_config.client_auth_type",
+        ),
+        (
+            tls("  client_auth_type: Sometimes\n"),
+            "tls_server_config.client_auth_type",
+        ),
         (tls(&ca), "tls_server_config.client_ca_file"),
-        (tls(&format!("  client_auth_type: VerifyClientCertIfGiven\n{ca}  client_allowed_sans: [a]\n")), "tls_server_config.client_allowed_sans"),
-        (tls("  client_allowed_sans: [a]\n"), "tls_server_config.client_allowed_sans"),
-        (tls("  session_tickets: true\n"), "tls_server_config.session_tickets"),
-        (format!("tls_server_config:\n{ca}"), "tls_server_config.client_ca_file"),
-        ("tls_server_config:\n  min_version: TLS13\n".into(), "tls_server_config.min_version"),
-        ("tls_server_config:\n  cert_file: server.crt\n".into(), "tls_server_config.cert_file"),
-        ("tls_server_config:\n  key_file: server.key\n".into(), "tls_server_config.key_file"),
-        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n".into(), "tls_server_config.cert_file"),
-        ("tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n".into(), "tls_server_config.cert_file"),
-        ("tls_server_config:\n  cert_file: server.crt\n  key_file: server.crt\n".into(), "tls_server_config.key_file"),
-        (tls(&format!("  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n", pki().server.key_file.display())), "tls_server_config.client_ca_file"),
-        (format!("{}http_server_config:\n  http2: true\n", tls("")), "http_server_config.http2"),
+        (
+            tls(&format!(
+                "  client_auth_type: VerifyClientCertIfGiven\n{ca}  client_allowed_sans: [a]\n"
+            )),
+            "tls_server_config.client_allowed_sans",
+        ),
+        (
+            tls("  client_allowed_sans: [a]\n"),
+            "tls_server_config.client_allowed_sans",
+        ),
+        (
+            tls("  session_tickets: true\n"),
+            "tls_server_config.session_tickets",
+        ),
+        (
+            format!("tls_server_config:\n{ca}"),
+            "tls_server_config.client_ca_file",
+        ),
+        (
+            "tls_server_config:\n  min_version: TLS13\n".into(),
+            "tls_server_config.min_version",
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n".into(),
+            "tls_server_config.cert_file",
+        ),
+        (
+            "tls_server_config:\n  key_file: server.key\n".into(),
+            "tls_server_config.key_file",
+        ),
+        (
+            "tls_server_config:\n  cert_file: missing.crt\n  key_file: server.key\n".into(),
+            "tls_server_config.cert_file",
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.key\n  key_file: server.key\n".into(),
+            "tls_server_config.cert_file",
+        ),
+        (
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.crt\n".into(),
+            "tls_server_config.key_file",
+        ),
+        (
+            tls(&format!(
+                "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {}\n",
+                pki().server.key_file.display()
+            )),
+            "tls_server_config.client_ca_file",
+        ),
+        (
+            format!("{}http_server_config:\n  http2: true\n", tls("")),
+            "http_server_config.http2",
+        ),
     ];
     for (text, key) in cases {
-        let built = Exporter::builder().source(up()).web_config_file(config(&text)).build();
+        let built = Exporter::builder()
+            .source(up())
+            .web_config_file(config(&text))
+            .build();
         let err = built.err().unwrap_or_else(|| panic!("accepted:\n{text}"));
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{text}: {err}");
-        assert!(err.to_string().contains(key), "{text}: `{err}` does not name {key}");
+        assert!(
+            err.to_string().contains(key),
+            "{text}: `{err}` does not name {key}"
+        );
     }
     // A key that is not the certificate's.
     let text = format!(
         "tls_server_config:\n  cert_file: server.crt\n  key_file: {}\n",
         pki().renewed.key_file.display()
     );
-    let err = Exporter::builder().source(up()).web_config_file(config(&text)).build().unwrap_err();
+    let err = Exporter::builder()
+        .source(up())
+        .web_config_file(config(&text))
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("key_file"), "{err}");
     // Inline `cert` and `key`, the tuning keys rustls has, and ca_b unused: all taken.
     let text = format!(
@@ -531,7 +671,10 @@ fn every_refused_key_is_an_error_at_start_naming_it() {
         indent(&pki().server.cert),
         indent(&pki().server.key)
     );
-    let built = Exporter::builder().source(up()).web_config_file(config(&text)).build();
+    let built = Exporter::builder()
+        .source(up())
+        .web_config_file(config(&text))
+        .build();
     assert!(built.expect("inline pair and tuning taken").serves_tls());
     let _ = &pki().ca_b_file;
 }

@@ -36,7 +36,11 @@ pub fn serve(
     for listener in listeners {
         let addr = listener.local_addr()?;
         let serve = exporter.serve(listener); // the listen backlog is raised here
-        let scheme = if exporter.serves_tls() { "https" } else { "http" };
+        let scheme = if exporter.serves_tls() {
+            "https"
+        } else {
+            "http"
+        };
         println!("listening on {scheme}://{addr}");
         all = Box::pin(async move { future::try_zip(all, serve).await.map(|_| ()) });
     }

@@ -59,9 +59,11 @@ pub(crate) fn parse(text: &str, dir: &std::path::Path) -> Result<WebConfig, Stri
             #[cfg(not(feature = "tls"))]
             "tls_server_config" => {
                 let _ = dir;
-                return Err("tls_server_config: TLS needs loopguard-exporter's feature `tls`; \
+                return Err(
+                    "tls_server_config: TLS needs loopguard-exporter's feature `tls`; \
                             turn it on, terminate TLS in front of the exporter or drop the key"
-                    .into());
+                        .into(),
+                );
             }
             "http_server_config" => http_server_config(value, &mut config)?,
             "basic_auth_users" => config.users = users(value)?,
@@ -242,7 +244,11 @@ mod tests {
     #[test]
     fn debug_shows_no_hash() {
         let hash = "$2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K";
-        let config = parse(&format!("basic_auth_users:\n  alice: {hash}\n"), ".".as_ref()).unwrap();
+        let config = parse(
+            &format!("basic_auth_users:\n  alice: {hash}\n"),
+            ".".as_ref(),
+        )
+        .unwrap();
         let shown = format!("{config:?}");
         assert!(
             shown.contains("alice") && !shown.contains("$2y$"),

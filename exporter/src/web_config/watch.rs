@@ -112,12 +112,14 @@ impl Watched {
         let problem = match reread {
             // A file written in place is empty, or cut short, for a moment: one that would
             // turn basic auth off is not taken (turning it off takes a restart).
-            Ok((config, _)) if config.users.is_empty() && !state.loaded.config.users.is_empty() => Some(
-                "it has no basic_auth_users where the last good one has some (an empty \
+            Ok((config, _)) if config.users.is_empty() && !state.loaded.config.users.is_empty() => {
+                Some(
+                    "it has no basic_auth_users where the last good one has some (an empty \
                      or cut-short file is not taken: replace the file by a rename; turning \
                      basic auth off takes a restart)"
-                    .to_string(),
-            ),
+                        .to_string(),
+                )
+            }
             // The listener was announced as http:// or https://: that takes a restart.
             #[cfg(feature = "tls")]
             Ok((_, tls)) if tls.is_some() != state.loaded.tls.is_some() => Some(format!(

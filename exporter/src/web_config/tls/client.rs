@@ -7,8 +7,8 @@ use std::sync::Arc;
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, Error, RootCertStore,
     SignatureScheme,
@@ -129,8 +129,11 @@ impl ClientCertVerifier for AllowedSans {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, Error> {
-        let verified = self.inner.verify_client_cert(end_entity, intermediates, now)?;
-        let found = sans::of(end_entity).ok_or(Error::InvalidCertificate(CertificateError::BadEncoding))?;
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let found =
+            sans::of(end_entity).ok_or(Error::InvalidCertificate(CertificateError::BadEncoding))?;
         if found.iter().any(|san| self.allowed.contains(san)) {
             Ok(verified)
         } else {

@@ -75,13 +75,17 @@ impl Served {
 
 /// The stamps of the files the settings name, in a fixed order (`None`: inline or absent).
 fn stamps(settings: &TlsSettings) -> Vec<Option<Stamp>> {
-    [Some(&settings.cert), Some(&settings.key), settings.client_ca.as_ref()]
-        .into_iter()
-        .map(|pem| match pem {
-            Some(Pem::File(path)) => Stamp::at(path),
-            _ => None,
-        })
-        .collect()
+    [
+        Some(&settings.cert),
+        Some(&settings.key),
+        settings.client_ca.as_ref(),
+    ]
+    .into_iter()
+    .map(|pem| match pem {
+        Some(Pem::File(path)) => Stamp::at(path),
+        _ => None,
+    })
+    .collect()
 }
 
 /// A PEM text: the file's bytes, or the inline text.
@@ -90,7 +94,9 @@ fn read(pem: &Pem, at: &str) -> Result<(Vec<u8>, String), String> {
         Pem::Inline(text) => Ok((text.clone().into_bytes(), format!("{at} (inline)"))),
         Pem::File(path) => {
             let at = format!("{at}_file {}", path.display());
-            read_file(path).map(|bytes| (bytes, at.clone())).map_err(|e| format!("{at}: {e}"))
+            read_file(path)
+                .map(|bytes| (bytes, at.clone()))
+                .map_err(|e| format!("{at}: {e}"))
         }
     }
 }
@@ -98,7 +104,10 @@ fn read(pem: &Pem, at: &str) -> Result<(Vec<u8>, String), String> {
 fn read_file(path: &Path) -> Result<Vec<u8>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
     if meta.len() > MAX_PEM_BYTES {
-        return Err(format!("{} bytes is more than the {MAX_PEM_BYTES} a PEM file may have", meta.len()));
+        return Err(format!(
+            "{} bytes is more than the {MAX_PEM_BYTES} a PEM file may have",
+            meta.len()
+        ));
     }
     std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))
 }
@@ -137,7 +146,9 @@ fn build(s: &TlsSettings) -> Result<ServerConfig, String> {
     };
     let mut provider = rustls::crypto::ring::default_provider();
     // TLS 1.3's suites always (Go's too), TLS 1.2's as `cipher_suites` says.
-    provider.cipher_suites.retain(|suite| suite.tls13().is_some());
+    provider
+        .cipher_suites
+        .retain(|suite| suite.tls13().is_some());
     provider.cipher_suites.extend(s.suites.iter().copied());
     provider.kx_groups = s.groups.clone();
     let provider: Arc<CryptoProvider> = Arc::new(provider);

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use rustls::crypto::ring::{cipher_suite as suite, kx_group};
 use rustls::crypto::SupportedKxGroup;
+use rustls::crypto::ring::{cipher_suite as suite, kx_group};
 use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde_norway::Value;
 
@@ -51,14 +51,26 @@ const AT: &str = "tls_server_config";
 
 /// Go's TLS 1.2 suite names that rustls (with ring) has.
 const TLS12_SUITES: [(&str, SupportedCipherSuite); 6] = [
-    ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
-    ("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        suite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
     (
         "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
         suite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
     ),
-    ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
-    ("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        suite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
     (
         "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
         suite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
@@ -159,7 +171,9 @@ pub(crate) fn parse(value: &Value, dir: &Path) -> Result<Option<TlsSettings>, St
         (None, Some(text)) => Pem::Inline(text),
         (None, None) => {
             let at = tuned.unwrap_or_else(|| format!("{AT}.key_file"));
-            return Err(format!("{at}: set without cert_file (or cert): TLS needs both"));
+            return Err(format!(
+                "{at}: set without cert_file (or cert): TLS needs both"
+            ));
         }
     };
     let key = match (key_file, key) {
@@ -174,7 +188,10 @@ pub(crate) fn parse(value: &Value, dir: &Path) -> Result<Option<TlsSettings>, St
     };
     let client_auth = client_auth(auth.as_deref(), client_ca.is_some())?;
     if let Some(sans) = &sans {
-        if !matches!(client_auth, ClientAuth::RequireAny | ClientAuth::RequireAndVerify) {
+        if !matches!(
+            client_auth,
+            ClientAuth::RequireAny | ClientAuth::RequireAndVerify
+        ) {
             return Err(format!(
                 "{AT}.client_allowed_sans: needs client_auth_type RequireAnyClientCert or \
                  RequireAndVerifyClientCert (as exporter-toolkit): with {:?} a client may \
@@ -276,7 +293,11 @@ fn client_auth(name: Option<&str>, has_ca: bool) -> Result<ClientAuth, String> {
              certificate is asked for (set client_auth_type, or drop the CA)"
         ));
     }
-    if matches!(auth, ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify) && !has_ca {
+    if matches!(
+        auth,
+        ClientAuth::VerifyIfGiven | ClientAuth::RequireAndVerify
+    ) && !has_ca
+    {
         return Err(format!(
             "{at}: {} needs client_ca_file (or client_ca): Go would verify client \
              certificates against the system's roots, the exporter does not guess",
@@ -294,7 +315,9 @@ fn version(value: &Value, at: &str) -> Result<u8, String> {
         Some(old @ ("TLS10" | "TLS11")) => Err(format!(
             "{at}: {old} is not supported: rustls speaks TLS 1.2 and 1.3 only (use TLS12)"
         )),
-        Some(other) => Err(format!("{at}: unknown TLS version {other:?} (TLS12 or TLS13)")),
+        Some(other) => Err(format!(
+            "{at}: unknown TLS version {other:?} (TLS12 or TLS13)"
+        )),
         None => Err(format!("{at}: expected TLS12 or TLS13")),
     }
 }
