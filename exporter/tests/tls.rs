@@ -406,7 +406,7 @@ on_every_executor! {
     /// A handshake that never finishes (a ClientHello cut short) is closed at the header
     /// timeout; meanwhile it counts against the cap and is shed for a real scrape.
     async fn an_unfinished_handshake_is_cut_at_the_header_timeout_and_shed() {
-        let timeout = Duration::from_millis(400);
+        let timeout = Duration::from_millis(1500);
         let exporter = Exporter::builder()
             .source(up())
             .workers(1)
@@ -433,16 +433,44 @@ on_every_executor! {
             let mut stalled = TcpStream::connect_timeout(&addr, PATIENCE).unwrap();
             stalled.write_all(partial).unwrap();
             let began = Instant::now();
-            while handle.connections() < 1 {
+            // Counted, and in its handshake: the exporter has read what it sent.
+            while handle.connections() < 1 || !read_by_the_server(addr, &stalled) {
                 assert!(began.elapsed() < PATIENCE, "the stalled connection never counted");
                 std::thread::sleep(Duration::from_millis(2));
             }
             let shed = handle.shed_connections();
+            let began = Instant::now();
             scraped(addr, client(BOTH, None), "past a stalled handshake");
             assert_eq!(handle.shed_connections(), shed + 1);
+            // Closed when shed, not at its timeout.
+            stalled.set_read_timeout(Some(PATIENCE)).unwrap();
+            let _ = stalled.read_to_end(&mut sink);
+            let took = began.elapsed();
+            assert!(took < timeout / 2, "the shed handshake closed after {took:?}");
         })
         .await;
     }
+}
+
+/// Whether the server's end of `client`'s connection to `server` has nothing left unread
+/// (Linux's `/proc/net/tcp`: its receive queue is empty); `true` where that cannot be read.
+fn read_by_the_server(server: SocketAddr, client: &TcpStream) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return true;
+    };
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next()?, 16).ok();
+    let client_port = client.local_addr().unwrap().port();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(remote), Some(queues)) =
+            (fields.get(1), fields.get(2), fields.get(4))
+        else {
+            return false;
+        };
+        port(local) == Some(server.port())
+            && port(remote) == Some(client_port)
+            && queues.rsplit(':').next() == Some("00000000")
+    })
 }
 
 /// A logger keeping the warnings, installed once for this binary.
