@@ -531,14 +531,7 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
                     "the last good pair"
                 );
             }
-            let warned: Vec<String> = KEPT
-                .0
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|w| w.contains(&key_file))
-                .cloned()
-                .collect();
+            let warned = warnings(&key_file);
             assert_eq!(warned.len(), 1, "once per change: {warned:?}");
             assert!(
                 warned[0].contains("tls_server_config.key_file"),
@@ -553,6 +546,58 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
         })
         .await;
     });
+}
+
+/// A new web config file that would turn TLS off (or on) is not taken: the address was
+/// announced as https:// (or http://); the last good file stays, and the log says why.
+#[test]
+fn a_new_file_cannot_turn_tls_off_or_on() {
+    let _ = log::set_logger(&KEPT);
+    log::set_max_level(log::LevelFilter::Warn);
+    let plain = "http_server_config:\n  headers:\n    X-Frame-Options: deny\n";
+    smol::block_on(async {
+        let path = config(&tls(""));
+        let on = exporter(&path);
+        let shown = path.display().to_string();
+        serving(&on, move |addr| {
+            replace(&path, plain);
+            let kept = scraped(addr, client(BOTH, None), "after a file without TLS");
+            assert_eq!(
+                kept.answer.header("X-Frame-Options"),
+                None,
+                "the old file kept"
+            );
+            assert!(
+                warnings(&shown).iter().any(|w| w.contains("turns TLS off")),
+                "{:?}",
+                warnings(&shown)
+            );
+        })
+        .await;
+        let path = config(plain);
+        let off = exporter(&path);
+        assert!(!off.serves_tls());
+        let shown = path.display().to_string();
+        serving(&off, move |addr| {
+            replace(&path, &tls(""));
+            let kept = common::get(addr, "/metrics", &[]);
+            assert_eq!(kept.status, 200);
+            assert_eq!(kept.header("X-Frame-Options"), Some("deny"));
+            assert!(
+                warnings(&shown).iter().any(|w| w.contains("turns TLS on")),
+                "{:?}",
+                warnings(&shown)
+            );
+        })
+        .await;
+        assert!(!off.serves_tls());
+    });
+}
+
+/// The warnings naming `what`.
+fn warnings(what: &str) -> Vec<String> {
+    let kept = KEPT.0.lock().unwrap();
+    kept.iter().filter(|w| w.contains(what)).cloned().collect()
 }
 
 /// Every key rustls cannot honour, and every incoherent setting, is an error at start
