@@ -64,6 +64,9 @@ on_every_executor! {
         assert_eq!(first.status, 200);
         assert_eq!(refused.status, 503, "{}", refused.text());
         assert_eq!(refused.header("retry-after"), Some("1"));
+        let nosniff = refused.header("x-content-type-options");
+        assert_eq!(nosniff, Some("nosniff"), "as Go's http.Error");
+        assert_eq!(health.header("x-content-type-options"), None, "errors only");
         assert_eq!((health.status, health.text().as_str()), (200, "ok\n"));
         let first_line = page.text().lines().next().unwrap_or_default().to_string();
         assert!(first_line.ends_with(" connections"), "{first_line}");
