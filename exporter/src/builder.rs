@@ -279,12 +279,18 @@ impl ExporterBuilder {
     ///   slots; when it is busy, `503` with `Retry-After`, nothing queued. A verified
     ///   credential is cached as a keyed sha256 digest (a per-process random key, the user,
     ///   the hash and the password; the password itself is not kept), so a right password
-    ///   costs one bcrypt until 64 other credentials push it out.
+    ///   costs one bcrypt until 64 other credentials push it out. An unknown user's
+    ///   password is verified against a hash of the dearest user's cost, so the time taken
+    ///   does not give a user's name away (exporter-toolkit uses cost 10 whatever the users'
+    ///   cost; give every user the same cost).
     /// - **`http_server_config.headers`**: exporter-toolkit's five (`Content-Security-Policy`,
     ///   `X-Frame-Options` `deny` or `sameorigin`, `X-Content-Type-Options` `nosniff`,
     ///   `X-XSS-Protection`, `Strict-Transport-Security`), added to every answer.
     /// - **`rate_limit`** (`interval`, `burst`): a token bucket over every request, checked
-    ///   before the credentials; past it, `429`.
+    ///   before the credentials; past it, `429`. `interval` is read as exporter-toolkit
+    ///   reads it: Go's duration form (`1.5s`, `1m30s`, `500ms`) or a whole number of
+    ///   nanoseconds; `0` turns the limit off. A negative one is an error (Go would take it
+    ///   as no limit).
     ///
     /// - **`tls_server_config`** (feature `tls`; without it, an error naming the key): every
     ///   connection is TLS 1.2 or 1.3 through rustls with ring, and

@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     stop: Stop,
     pub(crate) connections: AtomicUsize,
     shed: AtomicU64,
+    /// [`Serve`]s made and not yet drained (or dropped): the last to drain closes the pool.
+    serving: AtomicUsize,
 }
 
 impl fmt::Debug for Exporter {
@@ -123,6 +125,7 @@ impl Exporter {
                 stop: Stop::default(),
                 connections: AtomicUsize::new(0),
                 shed: AtomicU64::new(0),
+                serving: AtomicUsize::new(0),
             }),
         })
     }
@@ -142,7 +145,10 @@ impl Exporter {
     /// tokio current-thread runtime alike. It is not `Send`.
     ///
     /// On shutdown it stops accepting, lets the requests in flight finish within the
-    /// shutdown grace, closes the pool, gives its walks as long again, and resolves.
+    /// shutdown grace, and resolves. The last serve of the exporter to drain (of those made
+    /// and not dropped) closes the pool first and gives its walks as long again: a listener
+    /// that drains early never refuses the render of a request still in flight on another.
+    /// A `Serve` dropped before it resolves leaves the pool open.
     ///
     /// # Errors
     ///
@@ -152,8 +158,9 @@ impl Exporter {
         // call has the raised backlog behind its word.
         let prepared = prepare(&listener).map(|()| listener);
         let inner = self.inner.clone();
+        let counted = Serving::enter(&inner);
         Serve {
-            future: Box::pin(async move { serve(inner, prepared?).await }),
+            future: Box::pin(async move { serve(inner, prepared?, counted).await }),
         }
     }
 
@@ -240,7 +247,30 @@ fn prepare(listener: &TcpListener) -> io::Result<()> {
     listener.set_nonblocking(true)
 }
 
-async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
+/// One [`Serve`] counted in `Inner::serving` until it drains or is dropped.
+struct Serving(Option<Arc<Inner>>);
+
+impl Serving {
+    fn enter(inner: &Arc<Inner>) -> Serving {
+        inner.serving.fetch_add(1, Ordering::SeqCst);
+        Serving(Some(inner.clone()))
+    }
+
+    /// Uncounts this serve; whether it was the last one counted.
+    fn leave(&mut self) -> bool {
+        self.0
+            .take()
+            .is_some_and(|inner| inner.serving.fetch_sub(1, Ordering::SeqCst) == 1)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+async fn serve(inner: Arc<Inner>, listener: TcpListener, mut counted: Serving) -> io::Result<()> {
     let listener = Async::new(listener)?;
     let ex = LocalExecutor::new();
     let tracker = Rc::new(Tracker::default());
@@ -294,6 +324,9 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener) -> io::Result<()> {
     ex.run(timed(lag.as_ref(), "accept", accepting)).await;
     // Connections still open past the grace are dropped with the executor.
     drop(ex);
+    if !counted.leave() {
+        return Ok(()); // another serve still drains: it may need the pool, it closes it
+    }
     inner.pool.close();
     if Deadline::after(grace)
         .run(inner.pool.shutdown())

@@ -4,7 +4,9 @@ use std::convert::Infallible;
 
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY};
+use hyper::header::{
+    ALLOW, CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, RETRY_AFTER, VARY, X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use loopguard::deadline::Deadline;
 use loopguard::header::request_deadline;
@@ -30,6 +32,10 @@ fn reply(
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if status.is_client_error() || status.is_server_error() {
+        // As Go's `http.Error` answers (promhttp's 503 and 500, exporter-toolkit's 401).
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    }
     response
 }
 

@@ -64,6 +64,9 @@ on_every_executor! {
         assert_eq!(first.status, 200);
         assert_eq!(refused.status, 503, "{}", refused.text());
         assert_eq!(refused.header("retry-after"), Some("1"));
+        let nosniff = refused.header("x-content-type-options");
+        assert_eq!(nosniff, Some("nosniff"), "as Go's http.Error");
+        assert_eq!(health.header("x-content-type-options"), None, "errors only");
         assert_eq!((health.status, health.text().as_str()), (200, "ok\n"));
         let first_line = page.text().lines().next().unwrap_or_default().to_string();
         assert!(first_line.ends_with(" connections"), "{first_line}");
@@ -192,6 +195,40 @@ on_every_executor! {
         let (served, (first, refused)) = both.await;
         served.unwrap();
         assert_eq!((first.status, refused.status), (200, 503));
+    }
+}
+
+on_every_executor! {
+    async fn the_last_serve_to_drain_closes_the_pool_not_the_first() {
+        let (latch, renders) = (Latch::default(), Arc::new(AtomicUsize::new(0)));
+        let exporter = held(&latch, &renders).build().unwrap();
+        let idle = TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy_addr = busy.local_addr().unwrap();
+        let (handle, gate) = (exporter.clone(), latch.clone());
+        let (drained, idle_returned) = std::sync::mpsc::channel::<()>();
+        let client = std::thread::spawn(move || {
+            let scrape = std::thread::spawn(move || get(busy_addr, "/metrics", &[]));
+            gate.arrived(1);
+            handle.shutdown();
+            // The idle listener's serve returns while the busy one drains its scrape.
+            idle_returned.recv().unwrap();
+            gate.open();
+            scrape.join().unwrap()
+        });
+        let first_out = async {
+            exporter.serve(idle).await.unwrap();
+            let closed = exporter.pool().is_closed();
+            drained.send(()).unwrap();
+            closed
+        };
+        let (closed_early, served) =
+            futures_lite::future::zip(first_out, exporter.serve(busy)).await;
+        served.unwrap();
+        let answer = blocking::unblock(move || client.join().unwrap()).await;
+        assert!(!closed_early, "a serve that drains first leaves the pool open");
+        assert_eq!((answer.status, source_part(&answer.text()).as_str()), (200, "up 1\n"));
+        assert!(exporter.pool().is_closed(), "the last serve to drain closes the pool");
     }
 }
 

@@ -101,6 +101,8 @@ fn with(addr: std::net::SocketAddr, path: &str, authorization: &str) -> Answer {
 fn assert_unauthorized(answer: &Answer, case: &str) {
     assert_eq!(answer.status, 401, "{case}: {answer:?}");
     assert_eq!(answer.header("WWW-Authenticate"), Some("Basic"), "{case}");
+    let nosniff = answer.header("X-Content-Type-Options");
+    assert_eq!(nosniff, Some("nosniff"), "{case}: as Go's http.Error");
 }
 
 fn verifications(exporter: &Exporter) -> u64 {

@@ -72,7 +72,11 @@ impl Web {
         let authorization = request.get(AUTHORIZATION).map(|v| v.as_bytes());
         let admitted = self
             .verifier
-            .check(&loaded.config.users, authorization)
+            .check(
+                &loaded.config.users,
+                loaded.config.unknown_user_hash,
+                authorization,
+            )
             .await;
         (headers, admitted)
     }

@@ -16,10 +16,6 @@ pub(crate) const AUTH_POOL_NAME: &str = "web-auth";
 /// Verified credentials kept at most (the oldest goes first).
 const CACHED: usize = 64;
 
-/// A cost-10 hash that no password the user types matches in practice, verified for an
-/// unknown user so that one takes as long as a known one (as exporter-toolkit does).
-const UNKNOWN_USER_HASH: &str = "$2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K";
-
 /// Why a request was not let in.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Refused {
@@ -73,10 +69,12 @@ impl Verifier {
         &self.pool
     }
 
-    /// Lets a request in, or says why not. `users` empty: everyone is let in.
+    /// Lets a request in, or says why not. `users` empty: everyone is let in. An unknown
+    /// user's password is verified against `unknown_user_hash`, so that it takes as long.
     pub(crate) async fn check(
         &self,
         users: &[(String, String)],
+        unknown_user_hash: &str,
         authorization: Option<&[u8]>,
     ) -> Result<(), Refused> {
         if users.is_empty() {
@@ -93,7 +91,7 @@ impl Verifier {
             index.conditional_assign(&i, known.as_bytes().ct_eq(user.as_bytes()));
         }
         let found = users.get(index as usize).map(|(_, hash)| hash.as_str());
-        let hash = found.unwrap_or(UNKNOWN_USER_HASH).to_string();
+        let hash = found.unwrap_or(unknown_user_hash).to_string();
         let digest = self.digest(&user, &hash, &password);
         if found.is_some() && self.cached(&digest) {
             return Ok(());
