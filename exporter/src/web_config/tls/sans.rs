@@ -100,3 +100,38 @@ fn ip(bytes: &[u8]) -> Option<String> {
     };
     Some(addr.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_san_is_read_as_go_writes_it() {
+        let mut params = rcgen::CertificateParams::new(vec!["a.test".to_string()]).unwrap();
+        params.subject_alt_names.extend([
+            rcgen::SanType::Rfc822Name("ops@a.test".try_into().unwrap()),
+            rcgen::SanType::URI("spiffe://a.test/x".try_into().unwrap()),
+            rcgen::SanType::IpAddress("10.0.0.1".parse().unwrap()),
+            rcgen::SanType::IpAddress("::ffff:10.0.0.2".parse().unwrap()),
+            rcgen::SanType::IpAddress("2001:db8:0:0:0:0:0:1".parse().unwrap()),
+        ]);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let found = of(cert.der()).expect("a certificate");
+        let want = [
+            "a.test",
+            "ops@a.test",
+            "spiffe://a.test/x",
+            "10.0.0.1",
+            "10.0.0.2",
+            "2001:db8::1",
+        ];
+        assert_eq!(found, want);
+        // Cut anywhere, or garbage: no panic, and nothing read past the end.
+        for cut in 0..cert.der().len() {
+            let _ = of(&cert.der()[..cut]);
+        }
+        assert_eq!(of(b"\x30\x84\xff\xff\xff\xff"), None);
+        assert_eq!(of(b""), None);
+    }
+}
