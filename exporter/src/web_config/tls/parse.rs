@@ -166,6 +166,11 @@ pub(crate) fn parse(value: &Value, dir: &Path) -> Result<Option<TlsSettings>, St
             )),
         };
     }
+    let cert_key = if cert_file.is_some() {
+        "cert_file"
+    } else {
+        "cert"
+    };
     let cert = match (cert_file, cert) {
         (Some(path), _) => Pem::File(path),
         (None, Some(text)) => Pem::Inline(text),
@@ -179,7 +184,7 @@ pub(crate) fn parse(value: &Value, dir: &Path) -> Result<Option<TlsSettings>, St
     let key = match (key_file, key) {
         (Some(path), _) => Pem::File(path),
         (None, Some(text)) => Pem::Inline(text),
-        (None, None) => return Err(format!("{AT}.cert_file: set without key_file (or key)")),
+        (None, None) => return Err(format!("{AT}.{cert_key}: set without key_file (or key)")),
     };
     let client_ca = match (ca_file, ca) {
         (Some(path), _) => Some(Pem::File(path)),
