@@ -268,7 +268,8 @@ impl ExporterBuilder {
 
     /// exporter-toolkit's web config file (`--web.config.file`; feature `web-config`):
     /// `basic_auth_users`, `http_server_config.headers` and `rate_limit`, for every path
-    /// (`/metrics`, `/healthz` and `/` alike, as exporter-toolkit protects every path).
+    /// (`/metrics`, `/healthz` and `/` alike, as exporter-toolkit protects every path), and
+    /// `tls_server_config` with the feature `tls`.
     ///
     /// - **`basic_auth_users`** (user: bcrypt hash, `$2y$`, `$2b$` or `$2a$`, cost at most
     ///   [`BCRYPT_MAX_COST`](crate::BCRYPT_MAX_COST)): without the right credentials, `401`
@@ -291,23 +292,62 @@ impl ExporterBuilder {
     ///   nanoseconds; `0` turns the limit off. A negative one is an error (Go would take it
     ///   as no limit).
     ///
-    /// Not supported, an error naming the key: `tls_server_config` (no TLS yet: terminate it
-    /// in front), `http_server_config.http2: true` (the exporter speaks HTTP/1.1), any key
-    /// exporter-toolkit does not have.
+    /// - **`tls_server_config`** (feature `tls`; without it, an error naming the key): every
+    ///   connection is TLS 1.2 or 1.3 through rustls with ring, and
+    ///   [`Exporter::serves_tls`] is `true`. Its keys, as exporter-toolkit's:
+    ///   - `cert_file` and `key_file` (PEM; relative to the file's directory), or `cert`
+    ///     and `key` inline: the key must be the certificate's;
+    ///   - `client_auth_type`: `NoClientCert` (the default), `RequestClientCert` and
+    ///     `RequireAnyClientCert` (`RequireClientCert`) take any certificate (the client
+    ///     still proves it holds the key) without and with requiring one,
+    ///     `VerifyClientCertIfGiven` and `RequireAndVerifyClientCert` verify it against
+    ///     `client_ca_file` (or inline `client_ca`);
+    ///   - `client_allowed_sans`: the client certificate must carry one of these DNS
+    ///     names, email addresses, IP addresses or URIs, else the handshake fails (with
+    ///     `RequireAnyClientCert` or `RequireAndVerifyClientCert` only, as exporter-toolkit);
+    ///   - `min_version`, `max_version`: `TLS12` (min's default), `TLS13` (max's default);
+    ///   - `cipher_suites`: Go's names of the TLS 1.2 suites rustls has
+    ///     (`TLS_ECDHE_{ECDSA,RSA}_WITH_AES_128_GCM_SHA256`, `…_AES_256_GCM_SHA384`,
+    ///     `…_CHACHA20_POLY1305_SHA256`); TLS 1.3 names are taken with no effect, as in Go
+    ///     (TLS 1.3's suites are always on);
+    ///   - `curve_preferences`: `X25519`, `CurveP256`, `CurveP384`, in that order of
+    ///     preference if so listed;
+    ///   - `prefer_server_cipher_suites` (default `true`).
+    ///
+    ///   A handshake must finish within the
+    ///   [`header_read_timeout`](ExporterBuilder::header_read_timeout) of its first byte,
+    ///   and counts against [`max_connections`](ExporterBuilder::max_connections) as an idle
+    ///   connection (it is shed to make room like one). Plain HTTP sent to the port gets
+    ///   Go's answer, `HTTP/1.0 400 Bad Request` and `Client sent an HTTP request to an
+    ///   HTTPS server.`; other bytes that are not a TLS record are closed. The certificate,
+    ///   key and CA files are `stat`ed at every handshake and read again when they change:
+    ///   a renewed pair (each file replaced by a rename) is used for the next handshake; a
+    ///   pair that does not load (a handshake between the two renames sees a key that is
+    ///   not the certificate's) keeps the last good one and says why with `log::warn!`,
+    ///   once per change.
+    ///
+    /// Not supported, an error naming the key: what rustls cannot honour (`TLS10` and
+    /// `TLS11`, CBC, RSA key exchange, 3DES and RC4 suites, `CurveP521`); a verifying
+    /// `client_auth_type` without `client_ca_file` (Go would verify against the system's
+    /// roots: the exporter does not guess); `client_ca_file` with `NoClientCert`; a CA or a
+    /// tuning key without `cert_file` and `key_file`; `http_server_config.http2: true` (the
+    /// exporter speaks HTTP/1.1); any key exporter-toolkit does not have.
     ///
     /// The file is `stat`ed on every request and read again when its modification time,
     /// length or inode changed: a new user applies at once. A bad new file keeps the last
     /// good one and says why with `log::warn!`, once per change; so does a file with no
     /// `basic_auth_users` where the last good one has some (a file written in place is
     /// empty or cut short for a moment: replace it by a rename; turning basic auth off
-    /// takes a restart), and a file over 1 MiB. bcrypt runs on a pool of one worker of its
-    /// own (`web-auth`), at the render workers' nice value.
+    /// takes a restart), a file that would turn TLS on or off (a restart too: the address
+    /// was announced as `http://` or `https://`), and a file over 1 MiB. bcrypt runs on a
+    /// pool of one worker of its own (`web-auth`), at the render workers' nice value.
     ///
     /// # Errors
     ///
     /// [`build`](ExporterBuilder::build) fails with
     /// [`InvalidInput`](io::ErrorKind::InvalidInput) naming the key when the file does not
-    /// parse, and with the read's error when it cannot be read.
+    /// parse (or names a certificate, key or CA file that does not load), and with the
+    /// read's error when it cannot be read.
     ///
     /// # Examples
     ///

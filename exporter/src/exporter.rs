@@ -197,6 +197,18 @@ impl Exporter {
         self.inner.web.as_ref().map(|web| web.pool())
     }
 
+    /// Whether every connection is TLS: the
+    /// [`web_config_file`](ExporterBuilder::web_config_file) has `tls_server_config`
+    /// (feature `tls`; always `false` without it). Fixed when the exporter is built: a new
+    /// file that would turn TLS on or off is not taken. Say `https://` when announcing the
+    /// address if it is `true`.
+    pub fn serves_tls(&self) -> bool {
+        #[cfg(feature = "tls")]
+        return self.inner.web.as_ref().is_some_and(|web| web.serves_tls());
+        #[cfg(not(feature = "tls"))]
+        false
+    }
+
     /// Connections open now, over every listener.
     pub fn connections(&self) -> usize {
         self.inner.connections.load(Ordering::SeqCst)
@@ -419,10 +431,48 @@ async fn connection(
     if future::or(shed, started).await.is_none() {
         return;
     }
+    // async-net's `TcpStream` shuts its write side down when hyper closes the connection (a
+    // bare `Async<TcpStream>` only flushes): a client then reads an error response, such
+    // as a 431, to its end before the close resets the unread rest.
+    let stream = async_net::TcpStream::from(stream);
+    #[cfg(feature = "tls")]
+    if let Some(config) = inner.web.as_ref().and_then(|web| web.tls_config()) {
+        // The handshake, as the request head, within the header timeout of its first byte;
+        // the connection stays idle meanwhile, so a flood of them can be shed.
+        let handshake = async {
+            let timed_out = async {
+                Timer::after(timeout).await;
+                None
+            };
+            future::or(crate::tls_accept::accept(stream, config), timed_out).await
+        };
+        let shed = async {
+            conn.closed().await;
+            None
+        };
+        let stopped = async {
+            inner.stop.wait().await;
+            None
+        };
+        if let Some(tls) = future::or(handshake, future::or(shed, stopped)).await {
+            http(tls, &conn, &tracker, &inner).await;
+        }
+        return;
+    }
+    http(stream, &conn, &tracker, &inner).await;
+}
+
+/// Serves HTTP/1.1 on `io`, a plain or TLS connection, until it ends, shutdown or the
+/// tracker sheds it.
+async fn http<IO>(io: IO, conn: &Rc<Conn>, tracker: &Rc<Tracker>, inner: &Arc<Inner>)
+where
+    IO: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let timeout = inner.settings.header_read_timeout;
     let turn = Turn::default();
     let service = service_fn(|request| {
-        tracker.set_busy(&conn);
-        let busy = Busy(&tracker, &conn);
+        tracker.set_busy(conn);
+        let busy = Busy(tracker, conn);
         let (inner, turn) = (inner.clone(), turn.clone());
         async move {
             let reply = routes::handle(&inner, request, &turn).await;
@@ -435,11 +485,7 @@ async fn connection(
         .timer(SmolTimer::new())
         .header_read_timeout(timeout)
         .max_buf_size(inner.settings.max_header_bytes);
-    // async-net's `TcpStream` shuts its write side down when hyper closes the connection (a
-    // bare `Async<TcpStream>` only flushes): a client then reads an error response, such
-    // as a 431, to its end before the close resets the unread rest.
-    let stream = async_net::TcpStream::from(stream);
-    let http = builder.serve_connection(FuturesIo::new(stream), service);
+    let http = builder.serve_connection(FuturesIo::new(io), service);
     let mut http = std::pin::pin!(http);
     let served = async {
         // Clients that leave, time out or send garbage are routine; nothing to report.

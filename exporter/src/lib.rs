@@ -90,7 +90,8 @@
 //! | `metrics-exporter-prometheus` | on | `impl Source for PrometheusHandle` |
 //! | `prometheus-client` | off | `impl Source for Arc<prometheus_client::registry::Registry>` |
 //! | `zstd` | off | zstd offered beside gzip; the `zstd` crate builds libzstd's C sources (a C compiler; 7 s on two cores here) |
-//! | `web-config` | off | exporter-toolkit's web config file without TLS (`ExporterBuilder::web_config_file`): basic auth (bcrypt), headers, rate limit; a YAML parser, bcrypt and sha2 that an exporter without the file does not build |
+//! | `web-config` | off | exporter-toolkit's web config file (`ExporterBuilder::web_config_file`): basic auth (bcrypt), headers, rate limit; a YAML parser, bcrypt and sha2 that an exporter without the file does not build |
+//! | `tls` | off | the web config file's `tls_server_config` (turns `web-config` on): TLS 1.2 and 1.3 through rustls and futures-rustls with ring, client certificates, certificates reloaded on change ([`Exporter::serves_tls`]) |
 //!
 //! # Executors
 //!
@@ -121,6 +122,8 @@ mod routes;
 mod sliced;
 mod source;
 mod status;
+#[cfg(feature = "tls")]
+mod tls_accept;
 #[cfg(feature = "web-config")]
 mod web_config;
 

@@ -841,3 +841,101 @@ fn tool(name: &str) -> Option<std::path::PathBuf> {
     }
     found
 }
+
+/// `--web.config.file` with `tls_server_config`: the example says `listening on https://`
+/// and serves a real TLS client. Nothing here can hang: the line is awaited with a
+/// timeout, every socket read has one, and the process is killed on drop.
+#[test]
+#[cfg(feature = "tls")]
+fn the_web_config_file_turns_tls_on() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("loopguard-example-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+    let path = dir.join("web.yml");
+    let config = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    std::fs::write(&path, config).unwrap();
+
+    let mut child = Command::new(Exporter::binary())
+        .args(["--worker-class", "normal", "--listen", "127.0.0.1:0"])
+        .args(["--cardinality-interval-ms", "0", "--web.config.file"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the exporter starts");
+    let stdout = child.stdout.take().unwrap();
+    let _child = Killed(child);
+    let (said, line) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = said.send(line);
+    });
+    let line = line
+        .recv_timeout(PATIENCE)
+        .expect("a `listening on` line in time");
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on https://")
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+        .parse()
+        .unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect_timeout(&addr, PATIENCE).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    tcp.set_write_timeout(Some(PATIENCE)).unwrap();
+    let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(client), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    tls.read_to_end(&mut raw).expect("an answer to its end");
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.contains("loopguard_pool_capacity"), "a real scrape");
+
+    // Plain HTTP to the same port: Go's answer.
+    let mut plain = TcpStream::connect_timeout(&addr, PATIENCE).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    plain
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert_eq!(
+        answer,
+        b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+    );
+}

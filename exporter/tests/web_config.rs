@@ -290,7 +290,7 @@ fn a_bad_file_at_start_names_the_key() {
     };
     let expensive = hash.replacen("$10$", &format!("${}$", BCRYPT_MAX_COST + 1), 1);
     // What each file is to Debian's promtool: `tls_server_config` needs real certificates
-    // (TLS is a later change), the other keys it judges.
+    // (missing here: refused with or without the feature `tls`), the other keys it judges.
     for (text, key, promtool) in [
         (
             "tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n",

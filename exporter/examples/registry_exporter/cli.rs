@@ -19,7 +19,8 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// `--web.systemd-socket`: serve the sockets systemd passed (`LISTEN_FDS`) instead.
     pub systemd_socket: bool,
-    /// `--web.config.file`: exporter-toolkit's web config (basic auth, headers, rate limit).
+    /// `--web.config.file`: exporter-toolkit's web config (basic auth, headers, rate limit;
+    /// TLS with loopguard-exporter's feature `tls`).
     pub web_config: Option<PathBuf>,
     pub workers: usize,
     /// The workers' nice value (0 to 19): above the loop's, so the loop wins the CPU.

@@ -12,7 +12,8 @@ use loopguard_exporter::Exporter;
 use crate::cli::Config;
 
 /// Binds every listener the flags name, and serves them all on `exporter` (one pool); says
-/// `listening on http://ADDR` for each, in order, once its backlog is raised.
+/// `listening on http://ADDR` (`https://` with `tls_server_config`) for each, in order,
+/// once its backlog is raised.
 pub fn serve(
     exporter: &Exporter,
     config: &Config,
@@ -35,7 +36,12 @@ pub fn serve(
     for listener in listeners {
         let addr = listener.local_addr()?;
         let serve = exporter.serve(listener); // the listen backlog is raised here
-        println!("listening on http://{addr}");
+        let scheme = if exporter.serves_tls() {
+            "https"
+        } else {
+            "http"
+        };
+        println!("listening on {scheme}://{addr}");
         all = Box::pin(async move { future::try_zip(all, serve).await.map(|_| ()) });
     }
     Ok(all)

@@ -54,7 +54,7 @@ async fn run(config: cli::Config) -> io::Result<()> {
         // Failures of walks whose scrape left (budget spent) go to stderr, once each.
         .on_orphan(OrphanHandler::new(|report| eprintln!("orphaned: {report}")))
         .status_note(cardinality.note());
-    exporter = cli::web_config(exporter, &config)?; // --web.config.file: auth, headers, limit
+    exporter = cli::web_config(exporter, &config)?; // --web.config.file: auth, headers, limit, TLS
     if !config.cache_ttl.is_zero() {
         exporter = exporter.coalesce(config.cache_ttl); // one walk per TTL, shared
     }

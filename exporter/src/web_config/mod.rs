@@ -1,8 +1,11 @@
-//! exporter-toolkit's web config file (feature `web-config`), without TLS: basic auth,
-//! extra headers, a rate limit; checked again whenever the file changes.
+//! exporter-toolkit's web config file (feature `web-config`): basic auth, extra headers,
+//! a rate limit, and TLS with the feature `tls`; checked again whenever the file changes.
 
 mod limit;
 mod parse;
+mod stamp;
+#[cfg(feature = "tls")]
+mod tls;
 mod verify;
 mod watch;
 
@@ -31,6 +34,20 @@ impl Web {
             file: watch::Watched::load(path)?,
             verifier: verify::Verifier::new(nice)?,
         })
+    }
+
+    /// Whether the file has `tls_server_config`: fixed at start (a new file that would
+    /// turn TLS on or off is not taken).
+    #[cfg(feature = "tls")]
+    pub(crate) fn serves_tls(&self) -> bool {
+        self.file.current().tls.is_some()
+    }
+
+    /// The rustls config for the next handshake, when the file has `tls_server_config`:
+    /// the file and the certificate's files checked for changes first.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_config(&self) -> Option<std::sync::Arc<rustls::ServerConfig>> {
+        self.file.current().tls.as_ref().map(|tls| tls.config())
     }
 
     /// The pool bcrypt runs on.

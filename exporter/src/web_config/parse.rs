@@ -46,6 +46,9 @@ pub(crate) struct WebConfig {
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     /// `rate_limit`: one request per `interval`, bursts of `burst`; `None` when off.
     pub(crate) rate_limit: Option<(Duration, u32)>,
+    /// `tls_server_config`; `None`: plain HTTP.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<super::tls::parse::TlsSettings>,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -56,12 +59,13 @@ impl std::fmt::Debug for WebConfig {
             .field("users", &users)
             .field("headers", &self.headers)
             .field("rate_limit", &self.rate_limit)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-/// Parses `text`; an error names the key at fault (`http_server_config.http2`, …).
-pub(crate) fn parse(text: &str) -> Result<WebConfig, String> {
+/// Parses `text`; an error names the key at fault (`http_server_config.http2`, …). `dir`
+/// is the file's directory, where relative paths in `tls_server_config` start.
+pub(crate) fn parse(text: &str, dir: &std::path::Path) -> Result<WebConfig, String> {
     let root: Value = serde_norway::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
     let mut config = WebConfig::default();
     let Some(root) = mapping(&root, "the file")? else {
@@ -69,10 +73,16 @@ pub(crate) fn parse(text: &str) -> Result<WebConfig, String> {
     };
     for (key, value) in root {
         match string_key(key, "")? {
+            #[cfg(feature = "tls")]
+            "tls_server_config" => config.tls = super::tls::parse::parse(value, dir)?,
+            #[cfg(not(feature = "tls"))]
             "tls_server_config" => {
-                return Err("tls_server_config: TLS is not supported yet; \
-                            terminate TLS in front of the exporter or drop the key"
-                    .into());
+                let _ = dir;
+                return Err(
+                    "tls_server_config: TLS needs loopguard-exporter's feature `tls`; \
+                            turn it on, terminate TLS in front of the exporter or drop the key"
+                        .into(),
+                );
             }
             "http_server_config" => http_server_config(value, &mut config)?,
             "basic_auth_users" => {
@@ -307,7 +317,11 @@ mod tests {
     #[test]
     fn debug_shows_no_hash() {
         let hash = "$2y$10$3lRI10WVWUgWA.W4EAZ8R.C7u4fN7fTI1MwuzdgsmsiKUDfSEfX7K";
-        let config = parse(&format!("basic_auth_users:\n  alice: {hash}\n")).unwrap();
+        let config = parse(
+            &format!("basic_auth_users:\n  alice: {hash}\n"),
+            ".".as_ref(),
+        )
+        .unwrap();
         let shown = format!("{config:?}");
         assert!(
             shown.contains("alice") && !shown.contains("$2y$"),
@@ -324,9 +338,15 @@ mod tests {
         let cheap = "$2y$04$lz1HwDpjbijBZP5ByURhk.FrN0KPS.XxkL2S5TQMZP8u1GyTbYrFW";
         let dear = "$2y$12$muhJO0cUlPla850dh3JeLO8gOWAtSwL1RNWFsUKzvHwr07wawZFx2";
         let file = format!("basic_auth_users:\n  a: {cheap}\n  b: {dear}\n  c: {cheap}\n");
-        assert_eq!(cost_of(parse(&file).unwrap().unknown_user_hash), 12);
+        assert_eq!(
+            cost_of(parse(&file, ".".as_ref()).unwrap().unknown_user_hash),
+            12
+        );
         let file = format!("basic_auth_users:\n  a: {cheap}\n");
-        assert_eq!(cost_of(parse(&file).unwrap().unknown_user_hash), 4);
+        assert_eq!(
+            cost_of(parse(&file, ".".as_ref()).unwrap().unknown_user_hash),
+            4
+        );
     }
 
     #[test]
@@ -364,7 +384,7 @@ mod tests {
 
     #[test]
     fn a_rate_interval_may_be_a_number_of_nanoseconds() {
-        let read = |yaml: &str| parse(yaml).map(|c| c.rate_limit);
+        let read = |yaml: &str| parse(yaml, ".".as_ref()).map(|c| c.rate_limit);
         let off = read("rate_limit:\n  interval: 0\n  burst: 1\n");
         assert_eq!(off, Ok(None), "0 unquoted is off, as in exporter-toolkit");
         let ns = read("rate_limit:\n  interval: 1500000000\n  burst: 2\n");

@@ -1,37 +1,44 @@
 //! The file, checked again when it changes: a new file that parses replaces the last one,
 //! a bad one keeps it and says why in the log.
 
-use std::fs::Metadata;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use super::limit::Limiter;
 use super::parse::{self, WebConfig};
+use super::stamp::Stamp;
 
-/// A parsed file and its rate limiter.
+/// A parsed file, its rate limiter and its TLS config.
 #[derive(Debug)]
 pub(crate) struct Loaded {
     pub(crate) config: WebConfig,
     pub(crate) limiter: Option<Arc<Limiter>>,
+    /// `tls_server_config`, its certificate and key loaded; `None`: plain HTTP.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<Arc<super::tls::Served>>,
 }
 
-/// What tells a changed file: its modification time, length, inode and change time.
-#[derive(Clone, Debug, PartialEq)]
-struct Stamp(Option<SystemTime>, u64, u64, i64, i64);
+/// The TLS config a file asks for, built (its certificate and key read).
+#[cfg(feature = "tls")]
+type Tls = Option<Arc<super::tls::Served>>;
+#[cfg(not(feature = "tls"))]
+type Tls = ();
 
-impl Stamp {
-    fn of(meta: &Metadata) -> Stamp {
-        #[cfg(unix)]
-        let (ino, ctime, ctime_ns) = {
-            use std::os::unix::fs::MetadataExt as _;
-            (meta.ino(), meta.ctime(), meta.ctime_nsec())
-        };
-        #[cfg(not(unix))]
-        let (ino, ctime, ctime_ns) = (0, 0, 0);
-        Stamp(meta.modified().ok(), meta.len(), ino, ctime, ctime_ns)
-    }
+/// Parses `text` (the file at `path`) and loads the TLS files it names.
+fn parse(text: &str, path: &std::path::Path) -> Result<(WebConfig, Tls), String> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+    let mut config = parse::parse(text, dir)?;
+    #[cfg(feature = "tls")]
+    let tls = config
+        .tls
+        .take()
+        .map(|settings| super::tls::Served::new(settings).map(Arc::new))
+        .transpose()?;
+    #[cfg(not(feature = "tls"))]
+    let tls = ();
+    Ok((config, tls))
 }
 
 #[derive(Debug)]
@@ -66,14 +73,18 @@ impl Watched {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         }
         let text = std::fs::read_to_string(&path).map_err(|e| at(&path, e))?;
-        let config = parse::parse(&text).map_err(|e| {
+        let (config, tls) = parse(&text, &path).map_err(|e| {
             let message = format!("web config {}: {e}", path.display());
             io::Error::new(io::ErrorKind::InvalidInput, message)
         })?;
         let loaded = Arc::new(Loaded {
             limiter: limiter(&config, None),
             config,
+            #[cfg(feature = "tls")]
+            tls,
         });
+        #[cfg(not(feature = "tls"))]
+        let () = tls;
         let state = Mutex::new(State {
             seen: Some(Stamp::of(&meta)),
             loaded,
@@ -96,20 +107,34 @@ impl Watched {
             Ok(stamp) if stamp.1 > MAX_FILE_BYTES => Err(too_large(stamp.1)),
             Ok(_) => std::fs::read_to_string(&self.path)
                 .map_err(|e| format!("cannot read it: {e}"))
-                .and_then(|text| parse::parse(&text)),
+                .and_then(|text| parse(&text, &self.path)),
         };
         let problem = match reread {
             // A file written in place is empty, or cut short, for a moment: one that would
             // turn basic auth off is not taken (turning it off takes a restart).
-            Ok(config) if config.users.is_empty() && !state.loaded.config.users.is_empty() => Some(
-                "it has no basic_auth_users where the last good one has some (an empty \
+            Ok((config, _)) if config.users.is_empty() && !state.loaded.config.users.is_empty() => {
+                Some(
+                    "it has no basic_auth_users where the last good one has some (an empty \
                      or cut-short file is not taken: replace the file by a rename; turning \
                      basic auth off takes a restart)"
-                    .to_string(),
-            ),
-            Ok(config) => {
+                        .to_string(),
+                )
+            }
+            // The listener was announced as http:// or https://: that takes a restart.
+            #[cfg(feature = "tls")]
+            Ok((_, tls)) if tls.is_some() != state.loaded.tls.is_some() => Some(format!(
+                "it turns TLS {} (tls_server_config); that takes a restart",
+                if tls.is_some() { "on" } else { "off" }
+            )),
+            #[cfg_attr(not(feature = "tls"), allow(clippy::let_unit_value, unused_variables))]
+            Ok((config, tls)) => {
                 let limiter = limiter(&config, state.loaded.limiter.as_ref());
-                state.loaded = Arc::new(Loaded { config, limiter });
+                state.loaded = Arc::new(Loaded {
+                    config,
+                    limiter,
+                    #[cfg(feature = "tls")]
+                    tls,
+                });
                 None
             }
             Err(problem) => Some(problem),

@@ -106,7 +106,8 @@ pub fn send(addr: SocketAddr, raw: &[u8]) -> Answer {
     parse(&answer)
 }
 
-fn parse(raw: &[u8]) -> Answer {
+/// An HTTP/1.1 answer read to its end: status, headers and body.
+pub fn parse(raw: &[u8]) -> Answer {
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
