@@ -324,10 +324,11 @@ impl ExporterBuilder {
     ///   a renewed pair (each file replaced by a rename) is used for the next handshake; a
     ///   pair that does not load (a handshake between the two renames sees a key that is
     ///   not the certificate's) keeps the last good one and says why with `log::warn!`,
-    ///   once per change. The handshake's CPU is the loop's (about 0.4 ms for an ECDSA P-256
-    ///   key, 1.1 to 1.4 ms for RSA-2048 on a 2-vCPU machine: BENCHMARKS.md, "TLS
-    ///   handshakes"): a scraper keeping its connection alive pays it once; a client that
-    ///   opens a connection per request pays it every time. Prefer an ECDSA key.
+    ///   once per change. The handshake's crypto (key exchange, signature, a client
+    ///   certificate's verification) runs on a thread of the exporter's own,
+    ///   `tls-handshake`, at the [`worker_nice`](ExporterBuilder::worker_nice) value, not on
+    ///   the loop, which pays 0.15 to 0.2 ms a connection for the rest (BENCHMARKS.md, "TLS
+    ///   handshakes").
     ///
     /// Not supported, an error naming the key: what rustls cannot honour (`TLS10` and
     /// `TLS11`, CBC, RSA key exchange, 3DES and RC4 suites, `CurveP521`); a verifying

@@ -436,15 +436,18 @@ async fn connection(
     // as a 431, to its end before the close resets the unread rest.
     let stream = async_net::TcpStream::from(stream);
     #[cfg(feature = "tls")]
-    if let Some(config) = inner.web.as_ref().and_then(|web| web.tls_config()) {
+    if let Some((config, handshaker)) = inner.web.as_ref().and_then(|web| web.tls()) {
         // The handshake, as the request head, within the header timeout of its first byte;
-        // the connection stays idle meanwhile, so a flood of them can be shed.
+        // the connection stays idle meanwhile, so a flood of them can be shed. Its crypto
+        // runs on the handshake thread; dropping its task (timed out, shed, stopped)
+        // cancels it there.
         let handshake = async {
             let timed_out = async {
                 Timer::after(timeout).await;
                 None
             };
-            future::or(crate::tls_accept::accept(stream, config), timed_out).await
+            let task = handshaker.spawn(crate::tls_accept::accept(stream, config));
+            future::or(async { task.await.flatten() }, timed_out).await
         };
         let shed = async {
             conn.closed().await;

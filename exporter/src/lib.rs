@@ -124,6 +124,8 @@ mod source;
 mod status;
 #[cfg(feature = "tls")]
 mod tls_accept;
+#[cfg(feature = "tls")]
+mod tls_thread;
 #[cfg(feature = "web-config")]
 mod web_config;
 

@@ -19,20 +19,31 @@ use loopguard::pool::Pool;
 pub use parse::BCRYPT_MAX_COST;
 pub(crate) use verify::Refused;
 
-/// The web config of an exporter: its file, watched, and the bcrypt verifier.
+/// The web config of an exporter: its file, watched, the bcrypt verifier, and the thread
+/// TLS handshakes run on when the file has `tls_server_config`.
 #[derive(Debug)]
 pub(crate) struct Web {
     file: watch::Watched,
     verifier: verify::Verifier,
+    #[cfg(feature = "tls")]
+    handshaker: Option<crate::tls_thread::Handshaker>,
 }
 
 impl Web {
     /// Reads and checks the file; an error names the key at fault. The verifier's worker
-    /// runs at `nice`, the render workers' value, below the loop.
+    /// and the handshake thread run at `nice`, the render workers' value, below the loop.
     pub(crate) fn load(path: PathBuf, nice: u8) -> io::Result<Web> {
+        let file = watch::Watched::load(path)?;
+        #[cfg(feature = "tls")]
+        let handshaker = match file.current().tls {
+            Some(_) => Some(crate::tls_thread::Handshaker::start(nice)?),
+            None => None,
+        };
         Ok(Web {
-            file: watch::Watched::load(path)?,
+            file,
             verifier: verify::Verifier::new(nice)?,
+            #[cfg(feature = "tls")]
+            handshaker,
         })
     }
 
@@ -43,11 +54,18 @@ impl Web {
         self.file.current().tls.is_some()
     }
 
-    /// The rustls config for the next handshake, when the file has `tls_server_config`:
-    /// the file and the certificate's files checked for changes first.
+    /// The rustls config for the next handshake and the thread it runs on, when the file
+    /// has `tls_server_config`: the file and the certificate's files checked for changes
+    /// first.
     #[cfg(feature = "tls")]
-    pub(crate) fn tls_config(&self) -> Option<std::sync::Arc<rustls::ServerConfig>> {
-        self.file.current().tls.as_ref().map(|tls| tls.config())
+    pub(crate) fn tls(
+        &self,
+    ) -> Option<(
+        std::sync::Arc<rustls::ServerConfig>,
+        &crate::tls_thread::Handshaker,
+    )> {
+        let config = self.file.current().tls.as_ref().map(|tls| tls.config())?;
+        Some((config, self.handshaker.as_ref()?))
     }
 
     /// The pool bcrypt runs on.
