@@ -314,10 +314,13 @@ impl ExporterBuilder {
     ///     preference if so listed;
     ///   - `prefer_server_cipher_suites` (default `true`).
     ///
-    ///   A handshake must finish within the
-    ///   [`header_read_timeout`](ExporterBuilder::header_read_timeout) of its first byte,
-    ///   and counts against [`max_connections`](ExporterBuilder::max_connections) as an idle
-    ///   connection (it is shed to make room like one). Plain HTTP sent to the port gets
+    ///   The first byte and the handshake must come within one
+    ///   [`header_read_timeout`](ExporterBuilder::header_read_timeout) of the accept (as
+    ///   Go's handshake deadline), and a handshake counts against
+    ///   [`max_connections`](ExporterBuilder::max_connections) as an idle connection (it is
+    ///   shed to make room like one; rustls buffers up to 64 KiB of a handshake message, so
+    ///   a stalled one may hold about 68 KiB against a plain connection's
+    ///   [`max_header_bytes`](ExporterBuilder::max_header_bytes)). Plain HTTP sent to the port gets
     ///   Go's answer, `HTTP/1.0 400 Bad Request` and `Client sent an HTTP request to an
     ///   HTTPS server.`; other bytes that are not a TLS record are closed. The certificate,
     ///   key and CA files are `stat`ed at every handshake and read again when they change:
@@ -328,7 +331,9 @@ impl ExporterBuilder {
     ///   certificate's verification) runs on a thread of the exporter's own,
     ///   `tls-handshake`, at the [`worker_nice`](ExporterBuilder::worker_nice) value, not on
     ///   the loop, which pays 0.15 to 0.2 ms a connection for the rest (BENCHMARKS.md, "TLS
-    ///   handshakes").
+    ///   handshakes"). When 128 new handshakes already wait for that thread, a new
+    ///   connection is closed at once instead of queueing behind them, as a saturated pool
+    ///   refuses; one that waits for its client's next bytes does not count.
     ///
     /// Not supported, an error naming the key: what rustls cannot honour (`TLS10` and
     /// `TLS11`, CBC, RSA key exchange, 3DES and RC4 suites, `CurveP521`); a verifying

@@ -421,6 +421,8 @@ async fn connection(
         }
     }
     let _open = Open(&inner, &tracker, &conn);
+    #[cfg(feature = "tls")]
+    let accepted = std::time::Instant::now();
     let _ = stream.get_ref().set_nodelay(true);
     let timeout = inner.settings.header_read_timeout;
     let started = async { conns::first_byte(&stream, timeout).await.then_some(()) };
@@ -437,16 +439,20 @@ async fn connection(
     let stream = async_net::TcpStream::from(stream);
     #[cfg(feature = "tls")]
     if let Some((config, handshaker)) = inner.web.as_ref().and_then(|web| web.tls()) {
-        // The handshake, as the request head, within the header timeout of its first byte;
-        // the connection stays idle meanwhile, so a flood of them can be shed. Its crypto
-        // runs on the handshake thread; dropping its task (timed out, shed, stopped)
-        // cancels it there.
+        // The first byte and the handshake within one header timeout of the accept (as
+        // Go's handshake deadline), then hyper's for the head; the connection stays idle
+        // meanwhile, so a flood of them can be shed. Its crypto runs on the handshake
+        // thread; dropping its task (timed out, shed, stopped) cancels it there.
+        let socket = stream.clone();
         let handshake = async {
             let timed_out = async {
-                Timer::after(timeout).await;
+                Timer::at(accepted + timeout).await;
                 None
             };
-            let task = handshaker.spawn(crate::tls_accept::accept(stream, config));
+            let Some(task) = handshaker.spawn(crate::tls_accept::accept(stream, config)) else {
+                log::debug!("TLS handshakes past the backlog's bound: a connection closed");
+                return None;
+            };
             future::or(async { task.await.flatten() }, timed_out).await
         };
         let shed = async {
@@ -457,8 +463,12 @@ async fn connection(
             inner.stop.wait().await;
             None
         };
-        if let Some(tls) = future::or(handshake, future::or(shed, stopped)).await {
-            http(tls, &conn, &tracker, &inner).await;
+        match future::or(handshake, future::or(shed, stopped)).await {
+            Some(tls) => http(tls, &conn, &tracker, &inner).await,
+            // Closed for the client now, not when the handshake thread drops the task.
+            None => {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+            }
         }
         return;
     }

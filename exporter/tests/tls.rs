@@ -351,6 +351,68 @@ on_every_executor! {
     }
 }
 
+/// A client that presents `cert`'s certificate but signs with `key`'s key: it claims a
+/// certificate whose key it does not hold.
+#[derive(Debug)]
+struct Impostor(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Impostor {
+    fn resolve(
+        &self,
+        _: &[&[u8]],
+        _: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+fn impostor(versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = vec![CertificateDer::from_pem_slice(pki().client_a.cert.as_bytes()).unwrap()];
+    let other_key = PrivateKeyDer::from_pem_slice(pki().client_b.key.as_bytes()).unwrap();
+    let signer = provider.key_provider.load_private_key(other_key).unwrap();
+    let claimed = rustls::sign::CertifiedKey::new(chain, signer);
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki().ca_a.as_bytes()).unwrap())
+        .unwrap();
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_cert_resolver(Arc::new(Impostor(Arc::new(claimed))));
+    Arc::new(config)
+}
+
+/// `RequestClientCert` and `RequireAnyClientCert` take any certificate, as Go does, but
+/// only from a client that proves it holds the certificate's key (its CertificateVerify
+/// is checked): an impostor signing with another key is refused over TLS 1.2 and 1.3.
+#[test]
+fn any_certificate_still_needs_its_key() {
+    futures_lite::future::block_on(async {
+        for auth in [
+            "RequestClientCert",
+            "RequireAnyClientCert",
+            "RequireAndVerifyClientCert",
+        ] {
+            let ca = format!("  client_ca_file: {}\n", pki().ca_a_file.display());
+            let exporter = exporter(&config(&tls(&format!("  client_auth_type: {auth}\n{ca}"))));
+            serving(&exporter, move |addr| {
+                for versions in [TLS12, TLS13] {
+                    let case = format!("{auth}, {:?}", versions[0].version);
+                    scraped(addr, client(versions, Some(&pki().client_a)), &case);
+                    refused(addr, impostor(versions), &format!("{case}, impostor"));
+                }
+            })
+            .await;
+        }
+    });
+}
+
 /// client_allowed_sans: a certificate carrying one of them (DNS, email, URI or IP, as Go
 /// writes each) is served, one without is refused at the handshake.
 #[test]
@@ -450,81 +512,6 @@ on_every_executor! {
         })
         .await;
     }
-}
-
-/// A full handshake and nothing else.
-fn handshake_only(addr: SocketAddr, config: Arc<ClientConfig>) -> std::io::Result<()> {
-    let mut tcp = TcpStream::connect_timeout(&addr, PATIENCE)?;
-    tcp.set_read_timeout(Some(PATIENCE))?;
-    tcp.set_write_timeout(Some(PATIENCE))?;
-    let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
-    let mut conn = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
-    while conn.is_handshaking() {
-        conn.complete_io(&mut tcp)?;
-    }
-    Ok(())
-}
-
-/// A thread's CPU time (user and system, in clock ticks) and nice value, from its `stat`.
-#[cfg(target_os = "linux")]
-fn cpu_and_nice(stat: &str) -> (u64, i64) {
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    (ticks, fields[16].parse().unwrap())
-}
-
-/// Every handshake thread of this process (other tests' exporters' too): CPU and nice.
-#[cfg(target_os = "linux")]
-fn handshake_threads() -> Vec<(u64, i64)> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() == "tls-handshake" {
-            if let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) {
-                out.push(cpu_and_nice(&stat));
-            }
-        }
-    }
-    out
-}
-
-/// The handshakes' crypto runs on a thread of its own, at the render workers' default nice
-/// value (10), not on the loop: over 150 full handshakes the handshake threads use more
-/// CPU than the loop does (measured in a debug build: 16 to 18 ticks against 6 to 8, where
-/// the loop accepts, checks the files, hands each connection over and back and serves
-/// its close; 0 against 20 with the handshake on the loop). CPU time, which a busy
-/// machine does not change.
-#[cfg(target_os = "linux")]
-#[test]
-fn handshakes_run_off_the_loop_on_a_thread_at_the_workers_nice() {
-    let exporter = exporter(&config(&tls("")));
-    let loop_stat = || std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let before = cpu_and_nice(&loop_stat()).0;
-    let threads = futures_lite::future::block_on(serving(&exporter, |addr| {
-        let config = client(BOTH, None);
-        for i in 0..150 {
-            handshake_only(addr, config.clone()).unwrap_or_else(|e| panic!("handshake {i}: {e}"));
-        }
-        handshake_threads() // while the exporter, and its thread, still run
-    }));
-    let on_the_loop = cpu_and_nice(&loop_stat()).0 - before;
-    assert!(!threads.is_empty(), "no tls-handshake thread");
-    for (_, nice) in &threads {
-        assert_eq!(
-            *nice, 10,
-            "the handshake thread at the workers' default nice"
-        );
-    }
-    let off_the_loop: u64 = threads.iter().map(|(ticks, _)| ticks).sum();
-    assert!(
-        off_the_loop > on_the_loop,
-        "handshake threads {off_the_loop} ticks against the loop's {on_the_loop}"
-    );
 }
 
 /// Whether the server's end of `client`'s connection to `server` has nothing left unread

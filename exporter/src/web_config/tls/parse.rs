@@ -9,10 +9,21 @@ use rustls::{SupportedCipherSuite, SupportedProtocolVersion};
 use serde_norway::Value;
 
 /// Where a PEM text comes from: a file (`cert_file`, …) or the file itself (`cert`, …).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub(crate) enum Pem {
     File(PathBuf),
     Inline(String),
+}
+
+impl std::fmt::Debug for Pem {
+    /// A file's path; never an inline text (it may be a private key: exporter-toolkit's
+    /// `<secret>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pem::File(path) => f.debug_tuple("File").field(path).finish(),
+            Pem::Inline(_) => f.write_str("Inline(<secret>)"),
+        }
+    }
 }
 
 /// `client_auth_type`, as Go's `tls.ClientAuthType`.
@@ -135,6 +146,8 @@ pub(crate) fn parse(value: &Value, dir: &Path) -> Result<Option<TlsSettings>, St
             "key_file" => key_file = text(v, &at)?.map(|p| dir.join(p)),
             "client_ca_file" => ca_file = text(v, &at)?.map(|p| dir.join(p)),
             "client_auth_type" => auth = text(v, &at)?,
+            // Null is unset (Go decodes it to a nil list: no check), `[]` refuses everyone.
+            "client_allowed_sans" if v.is_null() => sans = None,
             "client_allowed_sans" => sans = Some(strings(v, &at)?),
             "min_version" => min = Some(version(v, &at)?),
             "max_version" => max = Some(version(v, &at)?),
@@ -366,4 +379,47 @@ fn curves(value: &Value, at: &str) -> Result<Vec<&'static dyn SupportedKxGroup>,
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(yaml: &str) -> Result<Option<TlsSettings>, String> {
+        let value: Value = serde_norway::from_str(yaml).unwrap();
+        parse(&value, Path::new("/etc/exporter"))
+    }
+
+    #[test]
+    fn debug_shows_an_inline_key_as_secret() {
+        let key =
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----";
+        let yaml = format!(
+            "cert_file: server.crt\nkey: |\n  {}\n",
+            key.replace('\n', "\n  ")
+        );
+        let shown = format!("{:?}", settings(&yaml).unwrap().unwrap());
+        assert!(
+            shown.contains("<secret>") && !shown.contains("PRIVATE KEY"),
+            "{shown}"
+        );
+        assert!(shown.contains("/etc/exporter/server.crt"), "{shown}");
+    }
+
+    #[test]
+    fn null_allowed_sans_is_unset_and_an_empty_list_is_not() {
+        let base = "cert_file: a.crt\nkey_file: a.key\nclient_auth_type: RequireAnyClientCert\n";
+        let unset = settings(&format!("{base}client_allowed_sans:\n"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(unset.allowed_sans, None, "null: no check, as Go's nil list");
+        let empty = settings(&format!("{base}client_allowed_sans: []\n"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            empty.allowed_sans,
+            Some(vec![]),
+            "[]: no certificate matches"
+        );
+    }
 }

@@ -74,8 +74,12 @@ pub(crate) fn of(cert: &[u8]) -> Option<Vec<String>> {
                 let (tag, name, rest) = element(names)?;
                 names = rest;
                 match tag {
-                    // rfc822Name, dNSName, uniformResourceIdentifier: IA5 strings.
-                    0x81 | 0x82 | 0x86 => values.push(String::from_utf8_lossy(name).into_owned()),
+                    // rfc822Name, dNSName: IA5 strings; a byte past ASCII makes the
+                    // certificate malformed to Go's x509, so nothing matches.
+                    0x81 | 0x82 => values.push(ia5(name)?),
+                    // uniformResourceIdentifier: as Go's `url.URL.String()` writes it, whose
+                    // scheme is lower case.
+                    0x86 => values.push(uri(ia5(name)?)),
                     0x87 => values.push(ip(name)?),
                     _ => {} // otherName, directoryName, …: exporter-toolkit ignores them
                 }
@@ -83,6 +87,29 @@ pub(crate) fn of(cert: &[u8]) -> Option<Vec<String>> {
         }
     }
     Some(values)
+}
+
+/// An IA5String: ASCII only.
+fn ia5(bytes: &[u8]) -> Option<String> {
+    bytes
+        .is_ascii()
+        .then(|| String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// A URI with its scheme (letters, digits, `+`, `-`, `.` before the first `:`) in lower
+/// case, as Go's URL parser keeps it.
+fn uri(mut text: String) -> String {
+    if let Some(colon) = text.find(':') {
+        let scheme = &text[..colon];
+        let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+        if valid {
+            text[..colon].make_ascii_lowercase();
+        }
+    }
+    text
 }
 
 /// An iPAddress as Go writes it: dotted for IPv4 and IPv4-mapped IPv6, RFC 5952 otherwise.
@@ -132,6 +159,14 @@ mod tests {
             let _ = of(&cert.der()[..cut]);
         }
         assert_eq!(of(b"\x30\x84\xff\xff\xff\xff"), None);
+        assert_eq!(
+            ia5("m\u{fc}nchen.test".as_bytes()),
+            None,
+            "not ASCII: malformed to Go"
+        );
+        assert_eq!(uri("SPIFFE://A.test/X".into()), "spiffe://A.test/X");
+        assert_eq!(uri("urn:Example:X".into()), "urn:Example:X");
+        assert_eq!(uri("9x:y".into()), "9x:y", "not a scheme");
         assert_eq!(of(b""), None);
     }
 }
