@@ -263,10 +263,21 @@ on_every_executor! {
                 &b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n"[..],
                 b"HEAD / HTTP/1.0\r\n\r\n",
                 b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                b"PUT /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                b"OPTIONS * HTTP/1.1\r\n\r\n",
             ] {
                 assert_eq!(raw_exchange(addr, request), GO_400);
             }
-            assert_eq!(raw_exchange(addr, b"\x00\x01\x02\x03\x04\x05 hello\r\n\r\n"), b"");
+            // Not among Go's five prefixes, not a TLS record: closed without an answer.
+            for other in [
+                &b"\x00\x01\x02\x03\x04\x05 hello\r\n\r\n"[..],
+                b"DELETE /x HTTP/1.1\r\n\r\n",
+                b"get / HTTP/1.1\r\n\r\n",
+                // A handshake record of version 0x1000 or above.
+                b"\x16\x10\x00\x00\x05hello",
+            ] {
+                assert_eq!(raw_exchange(addr, other), b"", "{:?}", String::from_utf8_lossy(other));
+            }
         })
         .await;
     }
