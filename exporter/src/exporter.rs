@@ -197,8 +197,8 @@ impl Exporter {
         self.inner.web.as_ref().map(|web| web.pool())
     }
 
-    /// Whether every connection is TLS: the
-    /// [`web_config_file`](ExporterBuilder::web_config_file) has `tls_server_config`
+    /// Whether every connection is TLS: the web config file
+    /// (`ExporterBuilder::web_config_file`, feature `web-config`) has `tls_server_config`
     /// (feature `tls`; always `false` without it). Fixed when the exporter is built: a new
     /// file that would turn TLS on or off is not taken. Say `https://` when announcing the
     /// address if it is `true`.
