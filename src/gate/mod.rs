@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 pub(crate) mod limit;
+pub(crate) mod permit;
 pub(crate) mod wait;
 
 use crate::contain::{drop_contained, wake};

@@ -1,0 +1,236 @@
+//! The owned [`Permit`] of a [`Limit`], and the one future that waits for one
+//! ([`Acquire`]), after tokio's `Semaphore::acquire_owned` and `OwnedSemaphorePermit`.
+//!
+//! A permit is the only way a slot is held and its `Drop` the only way one comes back:
+//! it samples the limit's `Retry-After` basis ([`Basis`]), gives the slot back (to the
+//! oldest waiter if one waits: the count in use does not drop, so no `try_acquire` can
+//! take it), and notifies idleness when it was the last. The pool's jobs, the tower
+//! layer's requests and the waits of both hold permits of this one type, so the slot's life
+//! has one owner whoever admitted it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::Refused;
+use super::limit::{Basis, Limit};
+use super::wait::{Ended, SlotWait, Started};
+
+impl Limit {
+    /// Takes a free slot if nobody waits, as an owned [`Permit`], counting it as demand; a
+    /// refusal because the gate is saturated is counted as rejected when `count` says so (a
+    /// caller that goes on to wait in line was not refused).
+    ///
+    /// Lock-free; allocates nothing. A refusal loads the gate's word and bumps the refusal
+    /// count, nothing else; a grant clones the `Arc` and reads the clock only when the basis
+    /// samples holds ([`Basis::Holds`]).
+    #[inline]
+    pub(crate) fn try_acquire(self: &Arc<Self>, count: bool) -> Result<Permit, Refused> {
+        match self.gate.try_acquire() {
+            Ok(()) => {
+                self.add_demand(1);
+                Ok(Permit::granted(self))
+            }
+            Err(Refused::Saturated) => {
+                if count {
+                    self.count_rejected();
+                }
+                Err(Refused::Saturated)
+            }
+            Err(Refused::Closed) => Err(Refused::Closed),
+        }
+    }
+}
+
+/// One held slot of a [`Limit`]. Dropping it is the one release (see the
+/// [module docs](self)).
+#[allow(unreachable_pub, missing_debug_implementations)]
+pub struct Permit {
+    limit: Arc<Limit>,
+    /// When it was granted, read only under [`Basis::Holds`].
+    granted: Option<Instant>,
+    /// Under [`Basis::Jobs`]: the time the jobs run on it took, in nanoseconds (0: none).
+    jobs: AtomicU64,
+}
+
+impl Permit {
+    /// The permit of a slot just taken from `limit`'s gate (and counted as demand).
+    fn granted(limit: &Arc<Limit>) -> Permit {
+        Permit {
+            limit: Arc::clone(limit),
+            granted: (limit.basis() == Basis::Holds).then(Instant::now),
+            jobs: AtomicU64::new(0),
+        }
+    }
+
+    /// A slot granted to a waiter that will not use it (the gate closed, or the waiter
+    /// left): dropping it passes the slot on, and samples nothing.
+    fn unused(limit: &Arc<Limit>) -> Permit {
+        Permit {
+            limit: Arc::clone(limit),
+            granted: None,
+            jobs: AtomicU64::new(0),
+        }
+    }
+
+    /// A job ran on this permit for `elapsed`: under [`Basis::Jobs`] the permit's sample is
+    /// the time its jobs took (several jobs run one after the other on a request's permit
+    /// add up). Taken by `&self`: a request's permit is shared with its response body.
+    pub(crate) fn job_ran(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.jobs.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// What this permit adds to the `Retry-After` basis when it is dropped.
+    fn sample(&self) -> Option<Duration> {
+        match self.limit.basis() {
+            Basis::Holds => self.granted.map(|at| at.elapsed()),
+            Basis::Jobs => match self.jobs.load(Ordering::Relaxed) {
+                0 => None,
+                nanos => Some(Duration::from_nanos(nanos)),
+            },
+        }
+    }
+}
+
+impl Drop for Permit {
+    /// Samples the basis, gives the slot back (handing it to the oldest waiter, whose
+    /// waker runs outside every lock) and notifies idleness at the last slot.
+    fn drop(&mut self) {
+        self.limit.release(self.sample());
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Not polled yet: no slot asked for.
+    Start,
+    /// In line, counted as demand.
+    Queued,
+    /// Granted, closed out, or left.
+    Done,
+}
+
+/// The one wait for a [`Permit`], FIFO: a pool's `Run` and the tower layer's waiting mode
+/// both wait through it. Nothing happens until it is polled; dropping it (or
+/// [`leave`](Acquire::leave)) withdraws a queued caller, and a slot granted meanwhile goes
+/// on to the next in line.
+///
+/// The caller's waker is cloned in a poll (user code): a panic there leaves the caller
+/// queued, for `Drop` to withdraw.
+#[allow(unreachable_pub, missing_debug_implementations)]
+pub struct Acquire {
+    limit: Arc<Limit>,
+    wait: SlotWait,
+    state: State,
+    created: Instant,
+}
+
+impl Acquire {
+    /// A wait for a slot of `limit`, its wait measured from now.
+    pub(crate) fn new(limit: Arc<Limit>) -> Acquire {
+        Acquire {
+            limit,
+            wait: SlotWait::new(),
+            state: State::Start,
+            created: Instant::now(),
+        }
+    }
+
+    /// Takes a free slot, or joins the line and looks whether the wait has ended: the
+    /// permit and how long the caller waited (already in the limit's own record: tell the
+    /// recorder with [`Limit::emit_wait`] once the caller's state is settled), or `None`
+    /// if the limit is closed. `Pending` only while in line.
+    pub(crate) fn poll_acquire(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(Permit, Duration)>> {
+        if self.state == State::Start {
+            match self.wait.start(&self.limit.gate) {
+                Started::Acquired => {
+                    self.state = State::Done;
+                    self.limit.add_demand(1);
+                    return Poll::Ready(Some(self.grant()));
+                }
+                Started::Closed => {
+                    self.state = State::Done;
+                    return Poll::Ready(None);
+                }
+                Started::Queued => {
+                    self.limit.add_demand(1);
+                    self.state = State::Queued;
+                }
+            }
+        }
+        if self.state == State::Done {
+            debug_assert!(false, "`Acquire` polled after it ended");
+            return Poll::Ready(None);
+        }
+        // The waker is cloned in here (user code); a panic leaves us queued, for `Drop`.
+        let ended = std::task::ready!(self.wait.poll(&self.limit.gate, cx.waker()));
+        self.state = State::Done;
+        match ended {
+            // Counted as demand since it queued.
+            Ended::Granted => Poll::Ready(Some(self.grant())),
+            Ended::Closed => {
+                self.limit.add_demand(-1);
+                Poll::Ready(None)
+            }
+            // Claimed just before the close: the slot goes back at once.
+            Ended::ClosedHolding => {
+                drop(Permit::unused(&self.limit));
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    /// The caller holds a slot: its permit, its wait in the limit's own record.
+    fn grant(&self) -> (Permit, Duration) {
+        let waited = self.created.elapsed();
+        self.limit.note_wait(waited);
+        (Permit::granted(&self.limit), waited)
+    }
+
+    /// Whether the caller waits in line.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.state == State::Queued
+    }
+
+    /// Leaves the line (the caller gives up: dropped, refused in line, or its deadline
+    /// passed): a slot granted meanwhile goes on to the next in line. Nothing if not queued.
+    pub(crate) fn leave(&mut self) {
+        if self.state != State::Queued {
+            return;
+        }
+        self.state = State::Done;
+        if self.wait.cancel(&self.limit.gate) {
+            drop(Permit::unused(&self.limit));
+        } else {
+            self.limit.add_demand(-1);
+        }
+    }
+}
+
+impl Future for Acquire {
+    type Output = Option<Permit>;
+
+    /// The permit once granted, its wait told to the recorder; `None` if the limit closed.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Permit>> {
+        let this = &mut *self;
+        Poll::Ready(
+            std::task::ready!(this.poll_acquire(cx)).map(|(permit, waited)| {
+                this.limit.emit_wait(waited);
+                permit
+            }),
+        )
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
