@@ -207,8 +207,9 @@ fn dispatch<W: IntoJob<T>, T: Send + 'static>(core: &Arc<Core>, work: W, slot: J
 }
 
 /// Admits `work` if a slot is free and nobody waits, or refuses it at once: on the
-/// saturated path one atomic load of the gate's word and the refusal count, a relaxed load
-/// of the lent flag and of the mean hold; no lock, no allocation, the job handed back.
+/// saturated path a load of the gate's word and an add to the refusal count, then relaxed
+/// loads of the lent flag and of the mean job time; no lock, no allocation, the job handed
+/// back.
 #[inline]
 pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
     limit: &Arc<Limit>,
@@ -269,14 +270,14 @@ impl JobSlot {
 #[cfg(feature = "tower")]
 pub(crate) struct Lent {
     permit: Arc<Permit>,
-    running: Arc<std::sync::atomic::AtomicBool>,
+    running: Arc<crate::sync::atomic::AtomicBool>,
 }
 
 #[cfg(feature = "tower")]
 impl Lent {
     /// `permit`, lent to a job; `running` (set by the lender) is cleared when the job is
     /// done with it.
-    pub(crate) fn new(permit: Arc<Permit>, running: Arc<std::sync::atomic::AtomicBool>) -> Lent {
+    pub(crate) fn new(permit: Arc<Permit>, running: Arc<crate::sync::atomic::AtomicBool>) -> Lent {
         Lent { permit, running }
     }
 }
@@ -286,7 +287,7 @@ impl Drop for Lent {
     fn drop(&mut self) {
         // Before the share (a field) goes.
         self.running
-            .store(false, std::sync::atomic::Ordering::Release);
+            .store(false, crate::sync::atomic::Ordering::Release);
     }
 }
 

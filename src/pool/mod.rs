@@ -13,7 +13,10 @@
 //! `threads` (starting the workers), `monitor` (stuck jobs), `workers` (dispatch and
 //! parking), `stats`, `builder` and `error`. Admission itself is `crate::gate`, outside
 //! this module: its fast paths are one compare-and-exchange, its waiters wait in a locked
-//! FIFO.
+//! FIFO (one acquire future for every waiter), and a slot is an owned permit whose `Drop`
+//! is the one release (it samples the `Retry-After` basis, hands the slot to the oldest
+//! waiter and notifies idleness). A job keeps its permit (or a share of a tower request's,
+//! lent to it) until the worker drops it.
 
 mod builder;
 mod core;
@@ -68,8 +71,11 @@ pub use crate::emit::durations::DurationStats;
 ///
 /// **The slot is free when the caller wakes.** In order, the worker stores the outcome (or,
 /// when nobody awaits it, hands a failure to the orphan handler, which so runs with the
-/// slot held), tells the metrics recorder (also with the slot held), gives the slot back,
-/// and only then lets the caller take the outcome and wakes it. A caller that has its
+/// slot held), tells the metrics recorder (also with the slot held), drops the job's
+/// permit (the release: the job's time joins the `Retry-After` basis, the slot goes to the
+/// oldest caller waiting in [`run`](Pool::run) if there is one), and only then lets the
+/// caller take the outcome and wakes it; [`wait_idle`](Pool::wait_idle) resolves once no
+/// slot is held and every such outcome is takeable. A caller that has its
 /// output, however it was polled, never finds its job's slot still held: a `try_run`
 /// issued straight after awaiting a job is not refused by it.
 ///
@@ -165,8 +171,9 @@ impl Pool {
     /// a worker thread.
     ///
     /// Never awaits. A refusal is a few atomic operations (a load of the gate's word, an add
-    /// to the refusal count, a load of the hold average behind
-    /// [`retry_after`](Saturated::retry_after)) and one thread-local read: it takes no lock,
+    /// to the refusal count, a relaxed load of whether a tower layer lends this pool's slots,
+    /// and one of the mean job time behind [`retry_after`](Saturated::retry_after)), plus one
+    /// thread-local read when a layer does: it takes no lock,
     /// allocates nothing, queues nothing, and hands the job back inside the error (an
     /// admission is one compare-and-exchange on that word). An admission allocates the job's
     /// hand-off (one allocation) and takes two short, uncontended-in-practice locks (the

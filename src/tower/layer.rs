@@ -340,9 +340,10 @@ impl<M: Mode> AdmissionLayer<M> {
         self.mode.rejected()
     }
 
-    /// The `Retry-After` a refusal carries now: the average time admitted requests held
-    /// their slot (at least 1 ms, 1 s before any finished), sent rounded up to whole
-    /// seconds.
+    /// The `Retry-After` a refusal carries now (at least 1 ms, 1 s before any sample), sent
+    /// rounded up to whole seconds: on a limit of the layer's own, the average time admitted
+    /// requests held their slot; on a pool's ([`for_pool`](AdmissionLayer::for_pool)), the
+    /// pool's mean job time; on a keyed gate, the average time a key was held.
     ///
     /// # Examples
     ///

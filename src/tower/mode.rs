@@ -43,7 +43,8 @@ pub mod sealed {
         fn reject(&self);
         /// Requests refused so far.
         fn rejected(&self) -> u64;
-        /// The hint a refusal carries: how long a slot is held, on average.
+        /// The hint a refusal carries: the mean of the limit's `Retry-After` basis (a
+        /// request's hold, a pool's job time), or how long a key is held, on average.
         fn retry_after(&self) -> Duration;
         /// The [`Slot`](crate::tower::Slot) of an admitted request, holding `permit`.
         fn slot(&self, permit: Self::Permit) -> crate::tower::Slot;

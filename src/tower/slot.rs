@@ -4,7 +4,9 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+// loom's under the crate's loom cfg: the flag is shared with `pool::Lent`, which the workers' model
+// runs.
+use crate::sync::atomic::{AtomicBool, Ordering};
 
 use crate::gate::permit::Permit;
 use crate::pool::{IntoJob, Job, Pool, TryRunError};
