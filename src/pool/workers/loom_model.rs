@@ -381,3 +381,24 @@ fn the_body_ending_while_a_lent_job_runs_keeps_the_slot() {
         pool.check_quiet(1);
     });
 }
+
+/// The pool closes while a request admitted on it (`for_pool`) still holds its permit and
+/// the worker parks: the worker cannot exit yet (a slot is held), and the request's permit,
+/// dropped last on another thread than the worker's, wakes it through the limit's
+/// [`OnClosedIdle`] hook, so it exits.
+///
+/// Seeded bug this catches (checked by hand, then restored): `Limit::idle_now` not calling
+/// the hook (the release notifies only the idle waiters): the worker stays parked and loom
+/// reports a deadlock.
+#[test]
+fn the_last_permit_of_a_closed_pool_wakes_its_parked_workers() {
+    loom::model(|| {
+        let pool = Pool::new(1, Duration::ZERO);
+        let worker = pool.spawn_worker(0, false);
+        let request = Request::admit(&pool);
+        pool.close();
+        drop(request);
+        assert_eq!(worker.join().unwrap(), 0);
+        pool.check_quiet(0);
+    });
+}
