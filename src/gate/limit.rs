@@ -259,7 +259,7 @@ impl Limit {
     }
 
     /// Holders and waiters counted as demand now (the models check none is left over).
-    #[cfg(test)]
+    #[cfg(all(test, loopguard_loom))]
     pub(crate) fn demand_level(&self) -> usize {
         self.demand.level()
     }
