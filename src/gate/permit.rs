@@ -234,3 +234,105 @@ impl Drop for Acquire {
         self.leave();
     }
 }
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::demand::Demand;
+
+    fn limit(capacity: usize, basis: Basis) -> Arc<Limit> {
+        Arc::new(Limit::new(
+            "permit".into(),
+            capacity,
+            Demand::default(),
+            basis,
+        ))
+    }
+
+    #[test]
+    fn a_permits_drop_is_the_release_and_hands_the_slot_to_the_oldest_waiter() {
+        let limit = limit(1, Basis::Jobs);
+        let held = limit.try_acquire(true).expect("a free slot");
+        assert_eq!(limit.in_use(), 1);
+        assert!(limit.try_acquire(true).is_err(), "one slot, held");
+        assert_eq!(limit.rejected(), 1);
+        let mut first = Acquire::new(limit.clone());
+        let mut second = Acquire::new(limit.clone());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(first.poll_acquire(&mut cx).is_pending());
+        assert!(second.poll_acquire(&mut cx).is_pending());
+        assert_eq!(limit.waiting(), 2);
+        drop(held);
+        // Handed off: still in use, and not to a newcomer.
+        assert_eq!((limit.in_use(), limit.waiting()), (1, 1));
+        assert!(
+            limit.try_acquire(false).is_err(),
+            "a newcomer overtook a waiter"
+        );
+        let Poll::Ready(Some((granted, _))) = first.poll_acquire(&mut cx) else {
+            panic!("the oldest waiter was not granted the slot");
+        };
+        assert!(second.poll_acquire(&mut cx).is_pending());
+        // The second gives up: nothing is held for it, and the granted permit's drop frees
+        // the slot for good.
+        drop(second);
+        assert_eq!(limit.waiting(), 0);
+        drop(granted);
+        assert_eq!((limit.in_use(), limit.waiting()), (0, 0));
+        assert!(limit.try_acquire(false).is_ok());
+    }
+
+    #[test]
+    fn under_the_holds_basis_a_permit_samples_its_hold() {
+        let limit = limit(1, Basis::Holds);
+        assert_eq!(limit.mean_hold(), None);
+        let permit = limit.try_acquire(false).unwrap();
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        drop(permit);
+        let mean = limit.mean_hold().expect("sampled at its drop");
+        assert!(mean >= Duration::from_millis(20) && mean <= started.elapsed());
+    }
+
+    #[test]
+    fn under_the_jobs_basis_a_permit_samples_its_jobs_only() {
+        let limit = limit(1, Basis::Jobs);
+        // No job ran on it: nothing to sample, however long it was held.
+        drop(limit.try_acquire(false).unwrap());
+        assert_eq!(limit.mean_hold(), None);
+        // Two jobs ran on it, one after the other: their sum, not the hold.
+        let permit = limit.try_acquire(false).unwrap();
+        permit.job_ran(Duration::from_millis(3));
+        permit.job_ran(Duration::from_millis(4));
+        std::thread::sleep(Duration::from_millis(20));
+        drop(permit);
+        assert_eq!(limit.mean_hold(), Some(Duration::from_millis(7)));
+    }
+
+    #[test]
+    fn a_slot_taken_back_from_a_closing_wait_samples_nothing() {
+        let limit = limit(1, Basis::Holds);
+        let held = limit.try_acquire(false).unwrap();
+        let mut acquire = Acquire::new(limit.clone());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(acquire.poll_acquire(&mut cx).is_pending());
+        // Granted, then left before it was seen: the slot goes back unsampled.
+        drop(held);
+        let sampled = limit.mean_hold();
+        acquire.leave();
+        assert_eq!(limit.mean_hold(), sampled, "an unused grant was sampled");
+        assert_eq!((limit.in_use(), limit.waiting()), (0, 0));
+        // Closed while waiting: `None`, and the limit is idle.
+        let held = limit.try_acquire(false).unwrap();
+        let mut acquire = Acquire::new(limit.clone());
+        assert!(acquire.poll_acquire(&mut cx).is_pending());
+        assert!(limit.close());
+        assert!(matches!(acquire.poll_acquire(&mut cx), Poll::Ready(None)));
+        drop(held);
+        assert_eq!((limit.in_use(), limit.waiting()), (0, 0));
+        assert!(matches!(limit.try_acquire(false), Err(Refused::Closed)));
+    }
+}
