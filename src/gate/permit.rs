@@ -32,7 +32,7 @@ impl Limit {
         match self.gate.try_acquire() {
             Ok(()) => {
                 self.add_demand(1);
-                Ok(Permit::granted(self))
+                Ok(Permit::granted(Arc::clone(self)))
             }
             Err(Refused::Saturated) => {
                 if count {
@@ -57,11 +57,12 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The permit of a slot just taken from `limit`'s gate (and counted as demand).
-    fn granted(limit: &Arc<Limit>) -> Permit {
+    /// The permit of a slot just taken from `limit`'s gate (and counted as demand). The
+    /// clock is read only when the basis samples holds.
+    fn granted(limit: Arc<Limit>) -> Permit {
         Permit {
-            limit: Arc::clone(limit),
             granted: (limit.basis() == Basis::Holds).then(Instant::now),
+            limit,
             jobs: AtomicU64::new(0),
         }
     }
@@ -123,7 +124,9 @@ enum State {
 /// queued, for `Drop` to withdraw.
 #[allow(unreachable_pub, missing_debug_implementations)]
 pub struct Acquire {
-    limit: Arc<Limit>,
+    /// Moved into the permit when the caller is granted one (no second `Arc` clone per
+    /// admission); `None` only once the wait ended with a grant.
+    limit: Option<Arc<Limit>>,
     wait: SlotWait,
     state: State,
     created: Instant,
@@ -133,7 +136,7 @@ impl Acquire {
     /// A wait for a slot of `limit`, its wait measured from now.
     pub(crate) fn new(limit: Arc<Limit>) -> Acquire {
         Acquire {
-            limit,
+            limit: Some(limit),
             wait: SlotWait::new(),
             state: State::Start,
             created: Instant::now(),
@@ -148,11 +151,15 @@ impl Acquire {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<(Permit, Duration)>> {
+        let Some(limit) = self.limit.as_ref() else {
+            debug_assert!(false, "`Acquire` polled after it was granted");
+            return Poll::Ready(None);
+        };
         if self.state == State::Start {
-            match self.wait.start(&self.limit.gate) {
+            match self.wait.start(&limit.gate) {
                 Started::Acquired => {
                     self.state = State::Done;
-                    self.limit.add_demand(1);
+                    limit.add_demand(1);
                     return Poll::Ready(Some(self.grant()));
                 }
                 Started::Closed => {
@@ -160,7 +167,7 @@ impl Acquire {
                     return Poll::Ready(None);
                 }
                 Started::Queued => {
-                    self.limit.add_demand(1);
+                    limit.add_demand(1);
                     self.state = State::Queued;
                 }
             }
@@ -170,28 +177,30 @@ impl Acquire {
             return Poll::Ready(None);
         }
         // The waker is cloned in here (user code); a panic leaves us queued, for `Drop`.
-        let ended = std::task::ready!(self.wait.poll(&self.limit.gate, cx.waker()));
+        let ended = std::task::ready!(self.wait.poll(&limit.gate, cx.waker()));
         self.state = State::Done;
         match ended {
             // Counted as demand since it queued.
             Ended::Granted => Poll::Ready(Some(self.grant())),
             Ended::Closed => {
-                self.limit.add_demand(-1);
+                limit.add_demand(-1);
                 Poll::Ready(None)
             }
             // Claimed just before the close: the slot goes back at once.
             Ended::ClosedHolding => {
-                drop(Permit::unused(&self.limit));
+                drop(Permit::unused(limit));
                 Poll::Ready(None)
             }
         }
     }
 
-    /// The caller holds a slot: its permit, its wait in the limit's own record.
-    fn grant(&self) -> (Permit, Duration) {
+    /// The caller holds a slot: its permit (which takes the limit's `Arc` over), its wait
+    /// in the limit's own record.
+    fn grant(&mut self) -> (Permit, Duration) {
+        let limit = self.limit.take().expect("granted once");
         let waited = self.created.elapsed();
-        self.limit.note_wait(waited);
-        (Permit::granted(&self.limit), waited)
+        limit.note_wait(waited);
+        (Permit::granted(limit), waited)
     }
 
     /// Whether the caller waits in line.
@@ -202,14 +211,14 @@ impl Acquire {
     /// Leaves the line (the caller gives up: dropped, refused in line, or its deadline
     /// passed): a slot granted meanwhile goes on to the next in line. Nothing if not queued.
     pub(crate) fn leave(&mut self) {
-        if self.state != State::Queued {
+        let Some(limit) = self.limit.as_ref().filter(|_| self.state == State::Queued) else {
             return;
-        }
+        };
         self.state = State::Done;
-        if self.wait.cancel(&self.limit.gate) {
-            drop(Permit::unused(&self.limit));
+        if self.wait.cancel(&limit.gate) {
+            drop(Permit::unused(limit));
         } else {
-            self.limit.add_demand(-1);
+            limit.add_demand(-1);
         }
     }
 }
@@ -219,13 +228,11 @@ impl Future for Acquire {
 
     /// The permit once granted, its wait told to the recorder; `None` if the limit closed.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Permit>> {
-        let this = &mut *self;
-        Poll::Ready(
-            std::task::ready!(this.poll_acquire(cx)).map(|(permit, waited)| {
-                this.limit.emit_wait(waited);
-                permit
-            }),
-        )
+        let acquired = std::task::ready!(self.poll_acquire(cx));
+        Poll::Ready(acquired.map(|(permit, waited)| {
+            permit.limit.emit_wait(waited);
+            permit
+        }))
     }
 }
 

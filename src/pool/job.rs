@@ -198,9 +198,8 @@ pub(crate) fn run_on_lent<W: IntoJob<T>, T: Send + 'static>(
 fn dispatch<W: IntoJob<T>, T: Send + 'static>(core: &Arc<Core>, work: W, slot: JobSlot) -> Job<T> {
     let cell = Arc::new(Cell {
         core: core.clone(),
-        work: Mutex::new(Some(work)),
+        work: Mutex::new(Some((work, slot))),
         handoff: Handoff::new(W::classify(), core.reporter.clone()),
-        slot: Mutex::new(Some(slot)),
     });
     core.workers.dispatch(cell.clone());
     Job { cell }
@@ -234,13 +233,12 @@ pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
     }
 }
 
-/// One admitted job: the closure until a worker takes it, its slot until the worker
-/// drops it, then its outcome.
+/// One admitted job: the closure and its slot until a worker takes them (it drops the slot
+/// once the outcome is stored), then its outcome.
 struct Cell<W, T> {
     core: Arc<Core>,
-    work: Mutex<Option<W>>,
+    work: Mutex<Option<(W, JobSlot)>>,
     handoff: Handoff<T>,
-    slot: Mutex<Option<JobSlot>>,
 }
 
 /// The slot a job runs on: the worker drops it once the outcome is stored (the release).
@@ -291,10 +289,10 @@ impl Drop for Lent {
     }
 }
 
-/// Takes a job's slot out of its cell: the lock is released when this returns, so whatever
-/// dropping the slot runs (the release, the next waiter's waker) finds it free.
-fn take_slot<S>(slot: &Mutex<Option<S>>) -> Option<S> {
-    lock(slot).take()
+/// Takes a job's closure and slot out of its cell: the lock is released when this returns,
+/// so whatever dropping the slot runs (the release, the next waiter's waker) finds it free.
+fn take_work<S>(work: &Mutex<Option<S>>) -> Option<S> {
+    lock(work).take()
 }
 
 /// What a `Job<T>` sees of its cell.
@@ -312,8 +310,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
     fn run(self: Arc<Self>, worker: usize) {
         // The slot goes back once the outcome is delivered (dropped below), or if anything
         // below unwinds.
-        let slot = take_slot(&self.slot);
-        let Some(work) = lock(&self.work).take() else {
+        let Some((work, slot)) = take_work(&self.work) else {
             // A cell is dispatched once; there is nothing to run twice.
             return;
         };
@@ -335,9 +332,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         core.stats.count_job(outcome, elapsed);
         // The job's time is its permit's sample of the `Retry-After` basis, taken when the
         // permit goes back.
-        if let Some(slot) = &slot {
-            slot.job_ran(elapsed);
-        }
+        slot.job_ran(elapsed);
         // The outcome is stored first (or, if the `Job` is gone, a failure is reported: the
         // orphan handler runs with the slot still held), but the caller cannot take it yet.
         let stored = self.handoff.store(result, elapsed);
@@ -457,7 +452,7 @@ mod tests {
 
     use futures_lite::future::block_on;
 
-    use super::{take_slot, try_admit};
+    use super::{take_work, try_admit};
     use crate::Fallible;
     use crate::orphan::OrphanHandler;
     use crate::pool::Pool;
@@ -531,7 +526,7 @@ mod tests {
             };
             Mutex::new(Some(Box::new(share) as Box<dyn Any + Send>))
         });
-        drop(take_slot(&lent));
+        drop(take_work(&lent));
         assert_eq!(
             *free.lock().unwrap(),
             Some(true),
