@@ -87,9 +87,9 @@ fn wait_parked(name: &str) {
 }
 
 /// `shutdown()` hangs when the last slot of a closed pool is released into a `wait_idle`
-/// listener whose waker panics: `Core::release_slot` calls `idle.notify` (user wakers,
-/// not contained) before `workers.wake_all()`, so the panic skips the wake-up of the
-/// parked workers and they never see the pool is done.
+/// listener whose waker panics, if the release (`Permit`'s drop) called `idle.notify`
+/// (user wakers) before `workers.wake_all()` and the panic were not contained: it would
+/// skip the wake-up of the parked workers and they would never see the pool is done.
 #[test]
 fn shutdown_completes_when_a_wait_idle_waker_panics() {
     quiet_expected_panics();

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use common::{Latch, MapRecorder, hold};
 use http::{Request, Response, StatusCode};
@@ -250,5 +251,95 @@ on_every_executor! {
             pool.wait_idle().await;
             assert_eq!(pool.in_use(), 0);
         }
+    }
+}
+
+/// A handler that runs one job of `job` on the request's slot, awaits it, and answers.
+#[derive(Clone)]
+struct OneJob {
+    pool: Pool,
+    job: Duration,
+}
+
+impl Service<Request<()>> for OneJob {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<()>) -> Self::Future {
+        let slot = request
+            .extensions()
+            .get::<Slot>()
+            .cloned()
+            .expect("admitted");
+        let (pool, job) = (self.pool.clone(), self.job);
+        Box::pin(async move {
+            let walk = slot
+                .try_run(&pool, move || std::thread::sleep(job))
+                .expect("the request's own slot");
+            walk.await.expect("the job ran");
+            Ok(Response::new("walked".to_string()))
+        })
+    }
+}
+
+on_every_executor! {
+    async fn under_for_pool_the_retry_after_basis_is_the_jobs_time_not_the_requests_hold() {
+        // Each request runs a 30 ms job on its slot and then holds the slot for 600 ms more
+        // (a slow response body, or a slow service around the job). The pool's
+        // `Retry-After` basis, `mean_job_time`, is the job's time: had the request's hold
+        // fed it too (once per job and once per request, as before the permit), the first
+        // request alone would move it from 30 ms to 30·7/8 + 630/8 ≈ 105 ms.
+        let job = Duration::from_millis(30);
+        let extra = Duration::from_millis(600);
+        let pool = Pool::builder().name("edge-basis").workers(1).build().unwrap();
+        let layer = AdmissionLayer::for_pool(&pool);
+        let mut service = layer.layer(OneJob {
+            pool: pool.clone(),
+            job,
+        });
+        for _ in 0..2 {
+            let response = service.call(Request::new(())).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(pool.in_use(), 1, "the body holds the request's slot");
+            // The body is written slowly: the request's hold is the job and then some.
+            std::thread::sleep(extra);
+            drop(response);
+            pool.wait_idle().await;
+        }
+        let mean = pool.stats().mean_job_time.expect("two jobs ran");
+        assert!(mean >= job, "the basis is below the job's own time: {mean:?}");
+        assert!(
+            mean < Duration::from_millis(75),
+            "the request's hold fed the basis: {mean:?} for {job:?} jobs held {extra:?} longer"
+        );
+        // The layer's hint is the pool's: the same basis.
+        assert_eq!(layer.retry_after(), mean);
+    }
+}
+
+on_every_executor! {
+    async fn a_layers_own_limit_bases_retry_after_on_the_requests_hold() {
+        // Without a pool the layer knows only the request: its basis is the hold.
+        let pool = Pool::builder().name("edge-basis-walks").workers(1).build().unwrap();
+        let layer = AdmissionLayer::new("edge-basis-own", 1).unwrap();
+        let mut service = layer.layer(OneJob {
+            pool: pool.clone(),
+            job: Duration::from_millis(1),
+        });
+        let hold = Duration::from_millis(200);
+        let response = service.call(Request::new(())).await.unwrap();
+        std::thread::sleep(hold);
+        drop(response);
+        layer.wait_idle().await;
+        assert!(
+            layer.retry_after() >= hold,
+            "the request's hold is the basis: {:?}",
+            layer.retry_after()
+        );
     }
 }

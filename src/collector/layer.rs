@@ -9,7 +9,7 @@ use http::request::Parts;
 
 use super::Sources;
 use super::pools::Admits;
-use crate::tower::{Keyed, Limited, OnPool};
+use crate::tower::{Keyed, Limited};
 
 /// The sealed side of [`Collector::layer`](super::Collector::layer): the layer modes whose
 /// series a collector reads. Not nameable outside the crate.
@@ -25,13 +25,11 @@ pub mod sealed {
 
 impl sealed::Collectable for Limited {
     fn add_to(&self, sources: &mut Sources) {
-        sources.add_admits(Admits::Limit(Arc::clone(&self.limit)));
-    }
-}
-
-impl sealed::Collectable for OnPool {
-    fn add_to(&self, sources: &mut Sources) {
-        sources.add_admits(Admits::Pool(self.pool.clone()));
+        sources.add_admits(match &self.pool {
+            // A pool's limit: the pool's series, its stats and its jobs.
+            Some(pool) => Admits::Pool(pool.clone()),
+            None => Admits::Limit(Arc::clone(&self.limit)),
+        });
     }
 }
 

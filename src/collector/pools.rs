@@ -46,7 +46,7 @@ impl Admits {
         match self {
             Admits::Pool(pool) => pool.name(),
             #[cfg(feature = "tower")]
-            Admits::Limit(limit) => &limit.name,
+            Admits::Limit(limit) => limit.name(),
         }
     }
 }
@@ -99,11 +99,11 @@ pub(super) fn encode(e: &mut DescriptorEncoder<'_>, sources: &[Admits]) -> fmt::
             }
             #[cfg(feature = "tower")]
             Admits::Limit(limit) => admission.push(Admission {
-                name: limit.name.to_string(),
-                capacity: limit.gate.capacity(),
+                name: limit.name().to_string(),
+                capacity: limit.capacity(),
                 published: limit.published(),
-                rejected: limit.rejected.get(),
-                wait_time: limit.wait_time.snapshot(),
+                rejected: limit.rejected(),
+                wait_time: limit.wait_time(),
             }),
         }
     }

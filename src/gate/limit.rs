@@ -5,55 +5,90 @@
 //! (through its own, or through a pool's with `AdmissionLayer::for_pool`), so every
 //! admission path emits the same metric families under its name: `capacity`, `in_use`,
 //! `waiting`, `rejected_total`, `wait_seconds` and `demand_avg`, labelled `pool`.
+//!
+//! A slot leaves a limit only as an owned [`Permit`](super::permit::Permit) ([`Limit::try_acquire`](Limit::try_acquire), or the one
+//! acquire future [`Acquire`](super::permit::Acquire)), and comes back only through that
+//! permit's `Drop`: it samples the `Retry-After` basis (per the limit's [`Basis`]), gives
+//! the slot back (to the oldest waiter first) and notifies idleness. The fields are private
+//! to `gate/`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ::metrics::{Counter, Gauge, Histogram};
 
-use super::wait::{Ended, SlotWait};
-use super::{Gate, Refused};
+use super::Gate;
 use crate::demand::Demand;
-use crate::emit::durations::Durations;
+use crate::emit::durations::{DurationStats, Durations};
 use crate::emit::{
     self, Counted, POOL_CAPACITY, POOL_DEMAND_AVG, POOL_IN_USE, POOL_REJECTED_TOTAL,
     POOL_WAIT_SECONDS, POOL_WAITING, Published,
 };
 use crate::signal::Signal;
 
+/// What a limit's `Retry-After` basis (its mean hold) averages, kept by the limit alone:
+/// the [`Permit`](super::permit::Permit)'s `Drop` samples it, nothing else does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Basis {
+    /// How long each permit was held, from its grant to its `Drop`: a tower layer's own
+    /// limit, whose permit is a request's.
+    Holds,
+    /// How long the jobs run on a permit took ([`Permit::job_ran`](super::permit::Permit::job_ran)): a pool's limit. A
+    /// request admitted on a pool's slots (`AdmissionLayer::for_pool`) holds its permit for
+    /// longer than its job (the handler, the response body), and that longer hold is not
+    /// the pace at which the pool frees slots for its jobs; a request that ran no job on its
+    /// permit adds nothing.
+    Jobs,
+}
+
+/// Told when the last permit of a closed limit is released (a pool's workers then exit).
+pub(crate) trait OnClosedIdle: Send + Sync {
+    /// The limit is closed and no permit is held any more. Runs no user code.
+    fn closed_idle(&self);
+}
+
 /// A named gate and its accounting; see the [module docs](self).
 #[derive(Debug)]
 pub(crate) struct Limit {
-    pub(crate) name: Arc<str>,
-    pub(crate) gate: Gate,
-    /// Holders + waiters over time: +1 on admission or on queueing, -1 when the slot is
-    /// released or the wait ends without a slot.
+    name: Arc<str>,
+    pub(super) gate: Gate,
+    basis: Basis,
+    /// Holders + waiters over time: +1 on admission or on queueing, -1 when the permit is
+    /// released or the wait ends without one.
     demand: Demand,
-    /// Notified when the last slot is released, and when the last outcome whose slot went
-    /// back is published.
+    /// Notified when the last permit is released, and when the last outcome whose permit
+    /// went back is published.
     idle: Signal,
-    /// Finished jobs whose slot is back but whose outcome is not takeable yet (a worker
+    /// Told first when the last permit of a closed limit goes back.
+    closed_idle: OnceLock<Weak<dyn OnClosedIdle>>,
+    /// Finished jobs whose permit is back but whose outcome is not takeable yet (a worker
     /// between its release and its publish): [`wait_idle`](Limit::wait_idle) waits for
     /// them too, so an idle pool has every outcome ready to be taken.
     publishing: AtomicUsize,
     /// Refusals, counted at once and emitted in batches ([`Counted::flush`]).
-    pub(crate) rejected: Counted,
-    /// How long a slot is held, on average: the `Retry-After` basis.
-    pub(crate) hold: Average,
+    rejected: Counted,
+    /// The `Retry-After` basis, per [`Basis`]: fed by [`Permit`](super::permit::Permit)'s `Drop` only.
+    hold: Average,
+    /// Whether a tower layer admits requests on this limit's permits and lends them to
+    /// jobs (`AdmissionLayer::for_pool`): only then can a caller's request hold one, and a
+    /// refusal looks at the thread's mark.
+    #[cfg(feature = "tower")]
+    lent_to_requests: std::sync::atomic::AtomicBool,
     in_use: Published,
     waiting: Published,
     demand_avg: Published,
     wait_seconds: Histogram,
     /// The limit's own record of its waits, for `PoolStats` and the prometheus-client
     /// collector.
-    pub(crate) wait_time: Durations,
+    wait_time: Durations,
 }
 
 impl Limit {
-    /// A limit of `capacity` slots named `name`, its series registered with the recorder
-    /// (the gauges at their values, the counter at zero).
-    pub(crate) fn new(name: Arc<str>, capacity: usize, demand: Demand) -> Limit {
+    /// A limit of `capacity` slots named `name` whose `Retry-After` basis is `basis`, its
+    /// series registered with the recorder (the gauges at their values, the counter at
+    /// zero).
+    pub(crate) fn new(name: Arc<str>, capacity: usize, demand: Demand, basis: Basis) -> Limit {
         let label = || name.to_string();
         let gauge = |metric: &'static str| {
             let gauge = emit::register(
@@ -79,49 +114,82 @@ impl Limit {
             wait_time: Durations::default(),
             name,
             gate: Gate::new(capacity),
+            basis,
             demand,
             idle: Signal::new(),
+            closed_idle: OnceLock::new(),
             publishing: AtomicUsize::new(0),
             rejected,
             hold: Average::default(),
+            #[cfg(feature = "tower")]
+            lent_to_requests: std::sync::atomic::AtomicBool::new(false),
             wait_seconds,
         }
     }
 
-    /// Takes a free slot if nobody waits, counting it as demand; a refusal because the
-    /// gate is saturated is counted as rejected when `count` says so (a caller that goes on
-    /// to wait in line was not refused). Lock-free; allocates nothing.
-    pub(crate) fn try_acquire(&self, count: bool) -> Result<(), Refused> {
-        match self.gate.try_acquire() {
-            Ok(()) => {
-                self.demand.add(1);
-                Ok(())
-            }
-            Err(Refused::Saturated) => {
-                if count {
-                    self.rejected.count();
-                }
-                Err(Refused::Saturated)
-            }
-            Err(Refused::Closed) => Err(Refused::Closed),
-        }
+    /// Who is told, before the idle waiters, that the last permit of this closed limit
+    /// went back (a pool's workers). Set once; later calls change nothing.
+    pub(crate) fn on_closed_idle(&self, hook: Weak<dyn OnClosedIdle>) {
+        let _ = self.closed_idle.set(hook);
     }
 
-    /// Accounts for an admission that took the slot from the [`Gate`] directly, or through
-    /// a [`SlotWait`]: `counted` says whether the caller was counted as demand already (in
-    /// line, or by [`try_acquire`](Limit::try_acquire)). Call it before anything can
-    /// release the slot.
-    pub(crate) fn admitted(&self, counted: bool) {
-        if !counted {
-            self.demand.add(1);
-        }
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.gate.capacity()
+    }
+
+    pub(crate) fn in_use(&self) -> usize {
+        self.gate.in_use()
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        self.gate.waiting()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.gate.is_closed()
+    }
+
+    pub(crate) fn basis(&self) -> Basis {
+        self.basis
+    }
+
+    /// Counts a refusal (emitted in batches).
+    #[inline]
+    pub(crate) fn count_rejected(&self) {
+        self.rejected.count();
+    }
+
+    /// Refusals counted so far.
+    pub(crate) fn rejected(&self) -> u64 {
+        self.rejected.get()
+    }
+
+    /// Emits the refusals counted since the last flush.
+    pub(crate) fn flush_rejected(&self) {
+        self.rejected.flush();
+    }
+
+    /// The limit's own record of its waits.
+    pub(crate) fn wait_time(&self) -> DurationStats {
+        self.wait_time.snapshot()
+    }
+
+    /// Records the wait of an admitted caller in the limit's own record: before the
+    /// admission can be seen, so `stats()` counts it. The recorder hears of it through
+    /// [`emit_wait`](Limit::emit_wait), once the caller's state is settled.
+    pub(crate) fn note_wait(&self, waited: Duration) {
+        self.wait_time.record(waited);
     }
 
     /// Records the wait of an admitted caller: in the limit's own record, then to the
     /// recorder (user code: call it last).
     #[cfg(feature = "tower")]
     pub(crate) fn record_wait(&self, waited: Duration) {
-        self.wait_time.record(waited);
+        self.note_wait(waited);
         self.emit_wait(waited);
     }
 
@@ -130,57 +198,57 @@ impl Limit {
         emit::record(&self.wait_seconds, waited);
     }
 
-    /// A caller joined the line.
-    pub(crate) fn queued(&self) {
-        self.demand.add(1);
+    /// A caller joined the line, or was admitted without being counted yet.
+    pub(super) fn add_demand(&self, delta: isize) {
+        self.demand.add(delta);
     }
 
-    /// A queued caller's wait ended as `ended` without admission (the gate closed): it is
-    /// no longer demand, and a slot granted just before the close goes back. Returns
-    /// whether the slot released was the last one held.
-    pub(crate) fn wait_closed(&self, ended: Ended) -> bool {
-        if ended == Ended::ClosedHolding {
-            self.release() == 0
-        } else {
-            self.demand.add(-1);
-            false
+    /// The one release, from [`Permit`](super::permit::Permit)'s `Drop`: samples the basis (`sample`, if the
+    /// permit has one), takes the permit off the demand, gives the slot back (to the oldest
+    /// waiter if there is one, waking it), and at the last slot notifies idleness.
+    pub(super) fn release(&self, sample: Option<Duration>) {
+        if let Some(sample) = sample {
+            self.hold.add(sample);
         }
-    }
-
-    /// A queued caller gives up (dropped, or its deadline passed). A slot granted to it in
-    /// the meantime goes on. Returns whether the slot released was the last one held.
-    pub(crate) fn abandon_wait(&self, wait: &mut SlotWait) -> bool {
-        if wait.cancel(&self.gate) {
-            self.release() == 0
-        } else {
-            self.demand.add(-1);
-            false
-        }
-    }
-
-    /// Gives a slot back (to the oldest waiter if there is one) and takes it off the
-    /// demand. Returns the slots in use afterwards; at 0 the caller notifies
-    /// [`idle`](Limit::notify_idle) once its own wake-ups are done.
-    pub(crate) fn release(&self) -> usize {
         self.demand.add(-1);
-        self.gate.release()
+        if self.gate.release() == 0 {
+            self.idle_now();
+        }
     }
 
-    /// Wakes the tasks in [`wait_idle`](Limit::wait_idle).
-    pub(crate) fn notify_idle(&self) {
+    /// No permit is held: the hook of a closed limit first (ours: a pool's workers), then
+    /// the tasks in [`wait_idle`](Limit::wait_idle) (their wakers are user code).
+    fn idle_now(&self) {
+        if self.gate.is_closed() {
+            if let Some(hook) = self.closed_idle.get().and_then(Weak::upgrade) {
+                hook.closed_idle();
+            }
+        }
         self.idle.notify_all();
     }
 
-    /// A worker is about to give back the slot of a job whose outcome it publishes after.
+    /// Stops admission: every queued waiter is told, a slot granted to a waiter that has
+    /// not claimed it is taken back. Returns whether this call closed the limit; if none
+    /// is held any more, idleness is notified.
+    pub(crate) fn close(&self) -> bool {
+        let closed = self.gate.close();
+        if closed && self.gate.in_use() == 0 {
+            self.idle_now();
+        }
+        closed
+    }
+
+    /// A worker is about to drop the permit of a job whose outcome it publishes after.
     pub(crate) fn begin_publish(&self) {
         self.publishing.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The outcome announced by [`begin_publish`](Limit::begin_publish) is takeable.
-    /// Returns whether the limit is idle now: the caller then notifies
-    /// [`idle`](Limit::notify_idle).
-    pub(crate) fn end_publish(&self) -> bool {
-        self.publishing.fetch_sub(1, Ordering::AcqRel) == 1 && self.gate.in_use() == 0
+    /// The outcome announced by [`begin_publish`](Limit::begin_publish) is takeable: if
+    /// that was the last one and no permit is held, idleness is notified.
+    pub(crate) fn end_publish(&self) {
+        if self.publishing.fetch_sub(1, Ordering::AcqRel) == 1 && self.gate.in_use() == 0 {
+            self.idle_now();
+        }
     }
 
     /// Resolves once no slot is held and every outcome whose slot went back is published.
@@ -190,8 +258,27 @@ impl Limit {
             .await
     }
 
+    /// Holders and waiters counted as demand now (the models check none is left over).
+    #[cfg(all(test, loopguard_loom))]
+    pub(crate) fn demand_level(&self) -> usize {
+        self.demand.level()
+    }
+
     pub(crate) fn demand_at(&self, now: Instant) -> f64 {
         self.demand.average_at(now)
+    }
+
+    /// A tower layer admits requests on this limit and lends their permits to jobs.
+    #[cfg(feature = "tower")]
+    pub(crate) fn mark_lent_to_requests(&self) {
+        self.lent_to_requests.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a tower layer admits requests on this limit (one relaxed load).
+    #[cfg(feature = "tower")]
+    #[inline]
+    pub(crate) fn is_lent_to_requests(&self) -> bool {
+        self.lent_to_requests.load(Ordering::Relaxed)
     }
 
     /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
@@ -215,8 +302,14 @@ impl Limit {
         )
     }
 
-    /// The hint for a refused caller: how long a slot is held on average, at least 1 ms;
-    /// 1 s before any slot came back.
+    /// The mean of the basis (see [`Basis`]), `None` before the first sample: a pool's
+    /// `mean_job_time`, the `h` of an early refusal's estimate.
+    pub(crate) fn mean_hold(&self) -> Option<Duration> {
+        self.hold.get()
+    }
+
+    /// The hint for a refused caller: the mean of the basis, at least 1 ms; 1 s before any
+    /// sample.
     pub(crate) fn retry_after(&self) -> Duration {
         self.hold.get().map_or(Duration::from_secs(1), |avg| {
             avg.max(Duration::from_millis(1))

@@ -1,6 +1,7 @@
 //! The admission gate: slots, FIFO waiters, hand-off and close. The one admission
-//! primitive under the pool, the tower layer and its pool mode ([`wait`] is a caller's
-//! place in its line).
+//! primitive under the pool and the tower layer ([`wait`] is a caller's place in its line,
+//! [`limit`] the gate with its accounting, [`permit`] the owned permit every holder holds
+//! and the one future every waiter polls; a permit's `Drop` is the only release).
 //!
 //! One atomic word holds the number of slots in use, the number of queued waiters and a
 //! closed bit, so that "is a slot free *and* nobody is waiting" is decided by a single
@@ -27,6 +28,7 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 pub(crate) mod limit;
+pub(crate) mod permit;
 pub(crate) mod wait;
 
 use crate::contain::{drop_contained, wake};

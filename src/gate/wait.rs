@@ -1,5 +1,6 @@
-//! Waiting for a slot of a [`Gate`] in FIFO order: the part of a `Run` (and of the tower
-//! layer's waiting mode) before admission.
+//! Waiting for a slot of a [`Gate`] in FIFO order: the line under
+//! [`Acquire`](super::permit::Acquire), the one wait of a pool's `Run` and of the tower
+//! layer's waiting mode.
 //!
 //! Split in two steps so that the caller can do its own accounting between them:
 //! [`start`](SlotWait::start) runs no user code; [`poll`](SlotWait::poll) clones the task's

@@ -1,8 +1,9 @@
 //! The state a pool's handles, threads and jobs share.
 //!
 //! A slot is taken at admission through the pool's [`Limit`] (the gate and its accounting,
-//! shared with the tower layer), and given back by [`Core::release_slot`] once the job's
-//! outcome was delivered or reported.
+//! shared with the tower layer) as an owned [`Permit`](crate::gate::permit::Permit), which
+//! the job keeps; the worker drops it once the job's outcome was stored or reported, and
+//! that drop is the release.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,15 +16,16 @@ use super::monitor::Monitor;
 use super::stats::Stats;
 use super::workers::Workers;
 use crate::emit;
-use crate::gate::limit::Limit;
+use crate::gate::limit::{Basis, Limit, OnClosedIdle};
 use crate::orphan::Reporter;
 use crate::signal::Signal;
 use crate::sync::lock;
 
 pub(crate) struct Core {
     /// The pool's name, the gate and its accounting: slots, demand, refusals, waits, the
-    /// idle signal.
-    pub(crate) limit: Limit,
+    /// idle signal. Shared with every permit it hands out (and with the pool's handle,
+    /// which reads it without going through here).
+    pub(crate) limit: Arc<Limit>,
     pub(crate) workers: Workers,
     pub(crate) stats: Stats,
     pub(crate) reporter: Arc<Reporter>,
@@ -35,10 +37,14 @@ pub(crate) struct Core {
     /// Notified when the last thread exits.
     exited: Signal,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// Whether a tower layer admits requests on this pool's slots (`for_pool`): only then
-    /// can a caller's request hold one, and a refusal looks at the thread's mark.
-    #[cfg(feature = "tower")]
-    pub(crate) layered: std::sync::atomic::AtomicBool,
+}
+
+/// The last permit of a closed pool went back (whoever dropped it: a worker, a waiter that
+/// left, a request of the tower layer): the workers may exit.
+impl OnClosedIdle for Core {
+    fn closed_idle(&self) {
+        self.workers.wake_all();
+    }
 }
 
 impl Core {
@@ -54,55 +60,20 @@ impl Core {
                 name.clone(),
                 builder.handler.clone(),
             )),
-            limit: Limit::new(name, workers, demand),
+            // The `Retry-After` basis of a pool is its jobs' time, whoever holds the slot.
+            limit: Arc::new(Limit::new(name, workers, demand, Basis::Jobs)),
             workers: Workers::new(workers, builder.spin),
             monitor: Monitor::new(),
             live_workers: AtomicUsize::new(0),
             live_threads: AtomicUsize::new(0),
             exited: Signal::new(),
             threads: Mutex::new(Vec::with_capacity(workers + 1)),
-            #[cfg(feature = "tower")]
-            layered: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// Whether a worker may exit: the pool is closed and no admitted job is left.
     pub(crate) fn is_done(&self) -> bool {
-        let gate = &self.limit.gate;
-        gate.is_closed() && gate.in_use() == 0
-    }
-
-    /// Gives back a slot: that of a finished job, or one granted to a waiter that left.
-    pub(crate) fn release_slot(&self) {
-        if self.limit.release() == 0 {
-            self.idle_now();
-        }
-    }
-
-    /// The outcome of a job whose slot went back (after
-    /// [`Limit::begin_publish`](crate::gate::limit::Limit::begin_publish)) is takeable now:
-    /// if that was the last one, the pool is idle.
-    pub(crate) fn published(&self) {
-        if self.limit.end_publish() {
-            self.idle_now();
-        }
-    }
-
-    /// A queued caller gives up (dropped, or its deadline passed); a slot granted to it in
-    /// the meantime goes on.
-    pub(crate) fn abandon_wait(&self, wait: &mut crate::gate::wait::SlotWait) {
-        if self.limit.abandon_wait(wait) {
-            self.idle_now();
-        }
-    }
-
-    /// The last slot came back: wakes the workers of a closed pool (they are ours), then
-    /// the tasks waiting for idle (their wakers are user code).
-    pub(crate) fn idle_now(&self) {
-        if self.limit.gate.is_closed() {
-            self.workers.wake_all();
-        }
-        self.limit.notify_idle();
+        self.limit.is_closed() && self.limit.in_use() == 0
     }
 
     pub(crate) fn publish_metrics(&self, now: Instant) {
@@ -115,14 +86,12 @@ impl Core {
     }
 
     /// Stops admission; returns whether this call closed the pool.
+    /// Closing may take back the slots of waiters granted but never polled: if none is
+    /// left, the limit tells the workers (through [`OnClosedIdle`]) and the idle waiters.
     pub(crate) fn close(&self) -> bool {
-        let closed = self.limit.gate.close();
+        let closed = self.limit.close();
         if closed {
             self.workers.wake_all();
-            // Closing may have taken back the slots of waiters granted but never polled.
-            if self.limit.gate.in_use() == 0 {
-                self.limit.notify_idle();
-            }
         }
         closed
     }

@@ -48,9 +48,9 @@ impl<F> Saturated<F> {
     ///
     /// # Precision
     ///
-    /// Derived from what the pool has observed: a moving average of how long its slots
-    /// were held (the expected time until a slot is free again: a job's run, or a
-    /// `for_pool` request's whole hold; see
+    /// Derived from what the pool has observed: a moving average of how long its jobs ran
+    /// (the expected time until a slot is free again; a `for_pool` request counts with the
+    /// time of the jobs it ran on its slot, not its whole hold; see
     /// [`PoolStats::mean_job_time`](super::PoolStats::mean_job_time)), never less than 1 ms
     /// and 1 s before any slot came back. It is a hint, not a promise.
     /// [`retry_after_secs`](Saturated::retry_after_secs) rounds it up to whole seconds, which is

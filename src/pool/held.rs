@@ -2,8 +2,8 @@
 //! `for_pool` mode), so that its handler cannot wait for a slot its own request holds.
 //!
 //! The layer marks the thread while it calls the inner service and while it polls the
-//! handler's future; the mark is the address of the pool's shared state, alive for as long
-//! as the request's slot is. A [`Pool::run`](super::Pool::run) polled there (an `.await` in
+//! handler's future; the mark is the address of the pool's limit, alive for as long as the
+//! request's permit is. A [`Pool::run`](super::Pool::run) polled there (an `.await` in
 //! the handler) that would queue, or a [`Pool::try_run`](super::Pool::try_run) that would be
 //! refused, is refused with `OwnSlot` instead: with its own request holding a slot, the
 //! handler would wait for the others to free one, and on a one-worker pool for ever. Work
@@ -13,9 +13,7 @@
 //! destructor; and a pool no layer admits requests on never reads it, so its saturated
 //! `try_run` pays one relaxed load of a flag on the refusal path.
 
-use std::sync::Arc;
-
-use super::core::Core;
+use crate::gate::limit::Limit;
 
 #[cfg(feature = "tower")]
 thread_local! {
@@ -23,8 +21,8 @@ thread_local! {
 }
 
 #[cfg(feature = "tower")]
-fn address(core: &Arc<Core>) -> usize {
-    Arc::as_ptr(core) as usize
+fn address(limit: &Limit) -> usize {
+    limit as *const Limit as usize
 }
 
 /// The mark of a request holding a slot of a pool; the previous mark comes back on drop.
@@ -50,10 +48,10 @@ impl Drop for Scope {
     }
 }
 
-/// Marks this thread as serving a request that holds one of `core`'s slots.
+/// Marks this thread as serving a request that holds one of `limit`'s permits.
 #[cfg(feature = "tower")]
-pub(crate) fn enter(core: &Arc<Core>) -> Scope {
-    Scope::set(address(core))
+pub(crate) fn enter(limit: &Limit) -> Scope {
+    Scope::set(address(limit))
 }
 
 /// Clears the mark for a call that knows it is not asking for a second slot of its own.
@@ -62,18 +60,19 @@ pub(crate) fn clear() -> Scope {
     Scope::set(0)
 }
 
-/// Whether the request served on this thread holds one of `core`'s slots.
+/// Whether the request served on this thread holds one of `limit`'s permits.
 ///
-/// A pool no layer admits requests on answers from its own state, without the thread-local.
+/// A pool no layer admits requests on answers from its limit's flag, without the
+/// thread-local.
 #[cfg(feature = "tower")]
 #[inline]
-pub(crate) fn holds(core: &Arc<Core>) -> bool {
-    core.layered.load(std::sync::atomic::Ordering::Relaxed)
-        && HELD.with(|held| held.get()) == address(core)
+pub(crate) fn holds(limit: &Limit) -> bool {
+    limit.is_lent_to_requests() && HELD.with(|held| held.get()) == address(limit)
 }
 
 /// Without the tower layer no request holds a pool's slot.
 #[cfg(not(feature = "tower"))]
-pub(crate) fn holds(_: &Arc<Core>) -> bool {
+#[inline]
+pub(crate) fn holds(_: &Limit) -> bool {
     false
 }

@@ -1,13 +1,13 @@
 //! A job from admission to delivery: what a pool runs ([`IntoJob`]), the one admission path
 //! ([`admit`]), the worker's side of a job, and its handle ([`Job`]).
 //!
-//! The closure and its outcome live in one allocation, shared by the worker (as a
-//! [`Task`]) and by the `Job` handle. Completion travels worker → [`Handoff`] → gate →
+//! The closure, its slot (a [`JobSlot`]: the job's own [`Permit`], or a share of a
+//! request's lent to it) and its outcome live in one allocation, shared by the worker (as a
+//! [`Task`]) and by the `Job` handle. Completion travels worker → [`Handoff`] → permit →
 //! caller: the worker runs the closure, stores the outcome (or reports it, when the `Job`
-//! is gone), tells the recorder, gives the slot back, and only then makes the outcome
-//! takeable and wakes the caller.
+//! is gone), tells the recorder, drops the permit (the release), and only then makes the
+//! outcome takeable and wakes the caller.
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -23,6 +23,8 @@ use crate::contain::{drop_quietly, panic_message};
 use crate::emit::JobOutcome;
 use crate::failure::{self, Classifier, Fallible, Panicked};
 use crate::gate::Refused;
+use crate::gate::limit::Limit;
+use crate::gate::permit::Permit;
 use crate::handoff::{Finished, Handoff, Taken};
 use crate::sync::lock;
 
@@ -166,89 +168,131 @@ where
     }
 }
 
-/// The one admission path: a caller holding a slot hands `work` to a worker. `counted`
-/// says whether the caller was already counted as demand (while it waited for the slot, or
-/// when it took it).
+/// The one admission path: a caller holding `permit` (taken from the pool's limit at once,
+/// or after a wait of `waited`, already in the limit's own record) hands `work` to a
+/// worker.
 pub(crate) fn admit<W: IntoJob<T>, T: Send + 'static>(
     core: &Arc<Core>,
     work: W,
+    permit: Permit,
     waited: Duration,
-    counted: bool,
 ) -> Job<T> {
-    core.limit.admitted(counted);
-    // The pool's own record first, so `stats()` counts this wait before the job can run;
-    // the recorder is user code: it hears of the wait once the job is on its way.
-    core.limit.wait_time.record(waited);
-    let job = dispatch(core, work, None);
+    let job = dispatch(core, work, JobSlot::Own(permit));
+    // The recorder is user code: it hears of the wait once the job is on its way.
     core.limit.emit_wait(waited);
     job
 }
 
-/// Runs `work` on a slot already held by someone else (a request admitted by the tower
-/// layer on this pool's gate): no admission, and instead of releasing a slot when it is
-/// done, the job drops `lent`, its share of that holder's slot.
+/// Runs `work` on a permit someone else holds (a request admitted by the tower layer on
+/// this pool's limit): no admission; the job keeps its share of that permit until it is
+/// done, and its time is the permit's sample of the `Retry-After` basis.
 #[cfg(feature = "tower")]
-pub(crate) fn run_on_held_slot<W: IntoJob<T>, T: Send + 'static>(
+pub(crate) fn run_on_lent<W: IntoJob<T>, T: Send + 'static>(
     core: &Arc<Core>,
     work: W,
-    lent: Box<dyn Any + Send>,
+    lent: Lent,
 ) -> Job<T> {
-    dispatch(core, work, Some(lent))
+    dispatch(core, work, JobSlot::Lent(lent))
 }
 
-fn dispatch<W: IntoJob<T>, T: Send + 'static>(
-    core: &Arc<Core>,
-    work: W,
-    lent: Option<Box<dyn Any + Send>>,
-) -> Job<T> {
+fn dispatch<W: IntoJob<T>, T: Send + 'static>(core: &Arc<Core>, work: W, slot: JobSlot) -> Job<T> {
     let cell = Arc::new(Cell {
         core: core.clone(),
-        work: Mutex::new(Some(work)),
+        work: Mutex::new(Some((work, slot))),
         handoff: Handoff::new(W::classify(), core.reporter.clone()),
-        slot: match lent {
-            None => SlotRelease::Own,
-            Some(lent) => SlotRelease::Lent(Mutex::new(Some(lent))),
-        },
     });
     core.workers.dispatch(cell.clone());
     Job { cell }
 }
 
-/// Admits `work` if a slot is free and nobody waits, or refuses it at once: one atomic
-/// load on the saturated path, no lock, no allocation, the job handed back.
+/// Admits `work` if a slot is free and nobody waits, or refuses it at once: on the
+/// saturated path a load of the gate's word and an add to the refusal count, then relaxed
+/// loads of the lent flag and of the mean job time; no lock, no allocation, the job handed
+/// back.
+#[inline]
 pub(crate) fn try_admit<W: IntoJob<T>, T: Send + 'static>(
+    limit: &Arc<Limit>,
     core: &Arc<Core>,
     work: W,
 ) -> Result<Job<T>, TryRunError<W>> {
     // A refusal is counted only: the recorder hears of refusals in batches, when a job
     // finishes or the gauges are published.
-    match core.limit.try_acquire(true) {
-        Ok(()) => Ok(admit(core, work, Duration::ZERO, true)),
+    match limit.try_acquire(true) {
+        Ok(permit) => {
+            limit.note_wait(Duration::ZERO);
+            Ok(admit(core, work, permit, Duration::ZERO))
+        }
         // A handler whose own request holds one of the slots is told to use that one (one
         // thread-local read, on the refusal path only).
-        Err(Refused::Saturated) if super::held::holds(core) => Err(TryRunError::OwnSlot(work)),
+        Err(Refused::Saturated) if super::held::holds(limit) => Err(TryRunError::OwnSlot(work)),
         Err(Refused::Saturated) => {
-            let retry_after = core.limit.retry_after();
+            let retry_after = limit.retry_after();
             Err(TryRunError::Saturated(Saturated::new(work, retry_after)))
         }
         Err(Refused::Closed) => Err(TryRunError::Closed(work)),
     }
 }
 
-/// One admitted job: the closure until a worker takes it, then its outcome.
+/// One admitted job: the closure and its slot until a worker takes them (it drops the slot
+/// once the outcome is stored), then its outcome.
 struct Cell<W, T> {
     core: Arc<Core>,
-    work: Mutex<Option<W>>,
+    work: Mutex<Option<(W, JobSlot)>>,
     handoff: Handoff<T>,
-    slot: SlotRelease,
 }
 
-/// How a job's slot goes back when it is done.
-enum SlotRelease {
-    /// The job was admitted for itself: the worker releases the slot.
-    Own,
-    /// The job runs on a slot someone else holds: the worker drops its share.
-    Lent(Mutex<Option<Box<dyn Any + Send>>>),
+/// The slot a job runs on: the worker drops it once the outcome is stored (the release).
+pub(crate) enum JobSlot {
+    /// The job was admitted for itself: its own permit.
+    Own(Permit),
+    /// The job runs on a permit someone else holds: its share of it.
+    #[cfg(feature = "tower")]
+    Lent(Lent),
+}
+
+impl JobSlot {
+    /// The job ran for `elapsed`: the permit's sample of the basis.
+    fn job_ran(&self, elapsed: Duration) {
+        match self {
+            JobSlot::Own(permit) => permit.job_ran(elapsed),
+            #[cfg(feature = "tower")]
+            JobSlot::Lent(lent) => lent.permit.job_ran(elapsed),
+        }
+    }
+}
+
+/// A request's permit lent to one job (`Slot::try_run`): the job holds a share of it until
+/// it is done, then frees the request's slot for its next job (`running` back to false)
+/// and lets go of its share; the permit goes back when the last share (the job's, or the
+/// response body's) is dropped.
+#[cfg(feature = "tower")]
+pub(crate) struct Lent {
+    permit: Arc<Permit>,
+    running: Arc<crate::sync::atomic::AtomicBool>,
+}
+
+#[cfg(feature = "tower")]
+impl Lent {
+    /// `permit`, lent to a job; `running` (set by the lender) is cleared when the job is
+    /// done with it.
+    pub(crate) fn new(permit: Arc<Permit>, running: Arc<crate::sync::atomic::AtomicBool>) -> Lent {
+        Lent { permit, running }
+    }
+}
+
+#[cfg(feature = "tower")]
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // Before the share (a field) goes.
+        self.running
+            .store(false, crate::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Takes a job's closure and slot out of its cell: the lock is released when this returns,
+/// so whatever dropping the slot runs (the release, the next waiter's waker) finds it free.
+fn take_work<S>(work: &Mutex<Option<S>>) -> Option<S> {
+    lock(work).take()
 }
 
 /// What a `Job<T>` sees of its cell.
@@ -264,9 +308,9 @@ impl<W: IntoJob<T>, T: Send + 'static> HandoffCell<T> for Cell<W, T> {
 
 impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
     fn run(self: Arc<Self>, worker: usize) {
-        // The slot goes back once the outcome is delivered, or if anything below unwinds.
-        let slot = SlotGuard(&self.core, &self.slot);
-        let Some(work) = lock(&self.work).take() else {
+        // The slot goes back once the outcome is delivered (dropped below), or if anything
+        // below unwinds.
+        let Some((work, slot)) = take_work(&self.work) else {
             // A cell is dispatched once; there is nothing to run twice.
             return;
         };
@@ -286,44 +330,26 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
             Ok(_) => JobOutcome::Ok,
         };
         core.stats.count_job(outcome, elapsed);
-        core.limit.hold.add(elapsed);
+        // The job's time is its permit's sample of the `Retry-After` basis, taken when the
+        // permit goes back.
+        slot.job_ran(elapsed);
         // The outcome is stored first (or, if the `Job` is gone, a failure is reported: the
         // orphan handler runs with the slot still held), but the caller cannot take it yet.
         let stored = self.handoff.store(result, elapsed);
         // The recorder is user code: it hears of the job before the slot goes back (a panic
         // there is contained), so a pool that reads idle has told it about every job.
         core.stats.emit_job(outcome, elapsed);
-        core.limit.rejected.flush();
-        // The slot goes back, and only then is the caller woken: a caller woken by its
-        // outcome (or polled for any other reason) always finds the slot free, so a scraper
-        // that scrapes again at once is never refused by its own finished walk. The pool
-        // reads idle to `wait_idle` only once the outcome is takeable too.
+        core.limit.flush_rejected();
+        // The permit goes back (its `Drop` samples the basis, hands the slot to the oldest
+        // waiter and notifies idleness), and only then is the caller woken: a caller woken
+        // by its outcome (or polled for any other reason) always finds the slot free, so a
+        // scraper that scrapes again at once is never refused by its own finished walk. The
+        // pool reads idle to `wait_idle` only once the outcome is takeable too.
         core.limit.begin_publish();
         drop(slot);
         stored.publish();
-        core.published();
+        core.limit.end_publish();
     }
-}
-
-/// Gives a job's slot back when dropped: once the outcome is stored (before the caller may
-/// take it), or while unwinding.
-struct SlotGuard<'a>(&'a Core, &'a SlotRelease);
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        match self.1 {
-            SlotRelease::Own => self.0.release_slot(),
-            SlotRelease::Lent(lent) => release_lent(lent),
-        }
-    }
-}
-
-/// Drops a job's share of a lent slot: taken out under the cell's lock, dropped after it,
-/// because dropping the last share releases the holder's slot, which hands it to the next
-/// waiter and wakes that waiter (user code), and no waker runs under a loopguard lock.
-fn release_lent(lent: &Mutex<Option<Box<dyn Any + Send>>>) {
-    let share = lock(lent).take();
-    drop(share);
 }
 
 /// The handle of an admitted job.
@@ -426,7 +452,7 @@ mod tests {
 
     use futures_lite::future::block_on;
 
-    use super::{release_lent, try_admit};
+    use super::{take_work, try_admit};
     use crate::Fallible;
     use crate::orphan::OrphanHandler;
     use crate::pool::Pool;
@@ -445,7 +471,8 @@ mod tests {
             .build()
             .unwrap();
         let failing = Fallible(|| Err::<u8, _>("late"));
-        let mut job = try_admit(pool.core(), failing).unwrap_or_else(|_| panic!("a free slot"));
+        let mut job =
+            try_admit(pool.limit(), pool.core(), failing).unwrap_or_else(|_| panic!("a free slot"));
         let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
         assert!(result.as_ref().is_ok_and(Result::is_err));
         let elapsed = Duration::from_secs(7).max(elapsed);
@@ -460,7 +487,8 @@ mod tests {
             "reported once: not again when dropped"
         );
 
-        let mut job = try_admit(pool.core(), || 1_u8).unwrap_or_else(|_| panic!("a free slot"));
+        let mut job =
+            try_admit(pool.limit(), pool.core(), || 1_u8).unwrap_or_else(|_| panic!("a free slot"));
         let (result, elapsed) = block_on(poll_fn(|cx| job.poll_outcome(cx)));
         job.report_refused(result, elapsed);
         drop(job);
@@ -471,8 +499,9 @@ mod tests {
         );
     }
 
-    /// The last share of a lent slot is dropped outside the cell's lock: whatever its drop
-    /// runs (the release, the next waiter's waker) finds the lock free.
+    /// A job's slot (its permit, or the last share of a lent one) is dropped outside the
+    /// cell's lock: whatever its drop runs (the release, the next waiter's waker) finds the
+    /// lock free.
     #[test]
     fn a_lent_slot_is_let_go_outside_the_cells_lock() {
         use std::any::Any;
@@ -497,7 +526,7 @@ mod tests {
             };
             Mutex::new(Some(Box::new(share) as Box<dyn Any + Send>))
         });
-        release_lent(&lent);
+        drop(take_work(&lent));
         assert_eq!(
             *free.lock().unwrap(),
             Some(true),

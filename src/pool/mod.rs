@@ -13,7 +13,10 @@
 //! `threads` (starting the workers), `monitor` (stuck jobs), `workers` (dispatch and
 //! parking), `stats`, `builder` and `error`. Admission itself is `crate::gate`, outside
 //! this module: its fast paths are one compare-and-exchange, its waiters wait in a locked
-//! FIFO.
+//! FIFO (one acquire future for every waiter), and a slot is an owned permit whose `Drop`
+//! is the one release (it samples the `Retry-After` basis, hands the slot to the oldest
+//! waiter and notifies idleness). A job keeps its permit (or a share of a tower request's,
+//! lent to it) until the worker drops it.
 
 mod builder;
 mod core;
@@ -39,6 +42,8 @@ use crate::emit::JobOutcome;
 
 pub use self::builder::{MAX_WORKERS, PoolBuilder};
 pub use self::error::{RunError, Saturated, TryRunError, WithinError};
+#[cfg(feature = "tower")]
+pub(crate) use self::job::Lent;
 pub use self::job::{IntoJob, Job};
 pub use self::run::Run;
 pub use self::stats::PoolStats;
@@ -66,8 +71,11 @@ pub use crate::emit::durations::DurationStats;
 ///
 /// **The slot is free when the caller wakes.** In order, the worker stores the outcome (or,
 /// when nobody awaits it, hands a failure to the orphan handler, which so runs with the
-/// slot held), tells the metrics recorder (also with the slot held), gives the slot back,
-/// and only then lets the caller take the outcome and wakes it. A caller that has its
+/// slot held), tells the metrics recorder (also with the slot held), drops the job's
+/// permit (the release: the job's time joins the `Retry-After` basis, the slot goes to the
+/// oldest caller waiting in [`run`](Pool::run) if there is one), and only then lets the
+/// caller take the outcome and wakes it; [`wait_idle`](Pool::wait_idle) resolves once no
+/// slot is held and every such outcome is takeable. A caller that has its
 /// output, however it was polled, never finds its job's slot still held: a `try_run`
 /// issued straight after awaiting a job is not refused by it.
 ///
@@ -114,7 +122,11 @@ pub struct Pool {
 }
 
 /// Closes the pool when the last `Pool` handle goes.
+///
+/// It keeps the pool's limit beside the core: `try_run` reads the gate through one pointer,
+/// as it would if the limit were inline in the core.
 struct Handle {
+    limit: Arc<crate::gate::limit::Limit>,
     core: Arc<Core>,
 }
 
@@ -128,11 +140,11 @@ impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let core = self.core();
         f.debug_struct("Pool")
-            .field("name", &&*core.limit.name)
-            .field("capacity", &core.limit.gate.capacity())
-            .field("in_use", &core.limit.gate.in_use())
-            .field("waiting", &core.limit.gate.waiting())
-            .field("closed", &core.limit.gate.is_closed())
+            .field("name", &&**core.limit.name())
+            .field("capacity", &core.limit.capacity())
+            .field("in_use", &core.limit.in_use())
+            .field("waiting", &core.limit.waiting())
+            .field("closed", &core.limit.is_closed())
             .finish()
     }
 }
@@ -159,8 +171,9 @@ impl Pool {
     /// a worker thread.
     ///
     /// Never awaits. A refusal is a few atomic operations (a load of the gate's word, an add
-    /// to the refusal count, a load of the hold average behind
-    /// [`retry_after`](Saturated::retry_after)) and one thread-local read: it takes no lock,
+    /// to the refusal count, a relaxed load of whether a tower layer lends this pool's slots,
+    /// and one of the mean job time behind [`retry_after`](Saturated::retry_after)), plus one
+    /// thread-local read when a layer does: it takes no lock,
     /// allocates nothing, queues nothing, and hands the job back inside the error (an
     /// admission is one compare-and-exchange on that word). An admission allocates the job's
     /// hand-off (one allocation) and takes two short, uncontended-in-practice locks (the
@@ -190,7 +203,7 @@ impl Pool {
         &self,
         job: W,
     ) -> Result<Job<T>, TryRunError<W>> {
-        job::try_admit(self.core(), job)
+        job::try_admit(&self.handle.limit, self.core(), job)
     }
 
     /// [`try_run`](Pool::try_run) and a deadline in one call: fails fast at the first poll
@@ -332,7 +345,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.core().limit.name
+        self.core().limit.name()
     }
 
     /// The number of slots, equal to the number of worker threads.
@@ -345,7 +358,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn capacity(&self) -> usize {
-        self.core().limit.gate.capacity()
+        self.core().limit.capacity()
     }
 
     /// Slots held now, orphaned jobs included.
@@ -362,7 +375,7 @@ impl Pool {
     /// # }).unwrap();
     /// ```
     pub fn in_use(&self) -> usize {
-        self.core().limit.gate.in_use()
+        self.core().limit.in_use()
     }
 
     /// Callers waiting in [`run`](Pool::run) for a slot.
@@ -375,7 +388,7 @@ impl Pool {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn waiting(&self) -> usize {
-        self.core().limit.gate.waiting()
+        self.core().limit.waiting()
     }
 
     /// The age of the oldest job running now, `None` when no job runs. A job older than the
@@ -441,10 +454,10 @@ impl Pool {
         let core = self.core();
         let now = Instant::now();
         PoolStats {
-            capacity: core.limit.gate.capacity(),
-            in_use: core.limit.gate.in_use(),
-            waiting: core.limit.gate.waiting(),
-            rejected: core.limit.rejected.get(),
+            capacity: core.limit.capacity(),
+            in_use: core.limit.in_use(),
+            waiting: core.limit.waiting(),
+            rejected: core.limit.rejected(),
             jobs_ok: core.stats.jobs(JobOutcome::Ok),
             jobs_error: core.stats.jobs(JobOutcome::Error),
             jobs_panicked: core.stats.jobs(JobOutcome::Panicked),
@@ -452,8 +465,8 @@ impl Pool {
             stuck_jobs: core.stats.stuck.get(),
             oldest_job_age: core.workers.oldest_job_age(now),
             demand: core.limit.demand_at(now),
-            mean_job_time: core.limit.hold.get(),
-            wait_time: core.limit.wait_time.snapshot(),
+            mean_job_time: core.limit.mean_hold(),
+            wait_time: core.limit.wait_time(),
             job_time: core.stats.job_time.snapshot(),
         }
     }
@@ -497,7 +510,7 @@ impl Pool {
     ///
     /// See [`close`](Pool::close).
     pub fn is_closed(&self) -> bool {
-        self.core().limit.gate.is_closed()
+        self.core().limit.is_closed()
     }
 
     /// Resolves once no slot is held (every admitted job, orphans included, has finished and
@@ -537,16 +550,14 @@ impl Pool {
     /// A tower layer admits requests on this pool's slots (`AdmissionLayer::for_pool`).
     #[cfg(feature = "tower")]
     pub(crate) fn mark_layered(&self) {
-        self.core()
-            .layered
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.limit().mark_lent_to_requests();
     }
 
     /// Marks this thread as serving a request that holds one of this pool's slots, for as
     /// long as the scope lives (the tower layer's pool mode, around its handler).
     #[cfg(feature = "tower")]
     pub(crate) fn held_scope(&self) -> held::Scope {
-        held::enter(self.core())
+        held::enter(self.limit())
     }
 
     /// Clears that mark for as long as the scope lives: a call that asks for a second
@@ -556,26 +567,21 @@ impl Pool {
         held::clear()
     }
 
-    /// The pool's gate and its accounting, for the tower layer's pool mode.
-    #[cfg(feature = "tower")]
-    pub(crate) fn limit(&self) -> &crate::gate::limit::Limit {
-        &self.core().limit
+    /// The pool's limit: the gate and its accounting (the tower layer's pool mode admits
+    /// requests on it).
+    #[cfg(any(feature = "tower", test))]
+    pub(crate) fn limit(&self) -> &Arc<crate::gate::limit::Limit> {
+        &self.handle.limit
     }
 
-    /// The last slot came back (the tower layer's pool mode released it).
+    /// Runs `job` on `lent`, a share of a request's permit of this pool's limit.
     #[cfg(feature = "tower")]
-    pub(crate) fn idle_now(&self) {
-        self.core().idle_now();
-    }
-
-    /// Runs `job` on a slot already held by a request admitted on this pool's gate.
-    #[cfg(feature = "tower")]
-    pub(crate) fn run_on_held_slot<W: IntoJob<T>, T: Send + 'static>(
+    pub(crate) fn run_on_lent<W: IntoJob<T>, T: Send + 'static>(
         &self,
         job: W,
-        lent: Box<dyn std::any::Any + Send>,
+        lent: Lent,
     ) -> Job<T> {
-        job::run_on_held_slot(self.core(), job, lent)
+        job::run_on_lent(self.core(), job, lent)
     }
 
     /// Reports a panic nobody else will see as an orphaned failure of this pool (used by a
@@ -643,7 +649,10 @@ impl PoolBuilder {
     pub fn build(self) -> io::Result<Pool> {
         let core = threads::start(&self)?;
         Ok(Pool {
-            handle: Arc::new(Handle { core }),
+            handle: Arc::new(Handle {
+                limit: Arc::clone(&core.limit),
+                core,
+            }),
         })
     }
 }

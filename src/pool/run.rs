@@ -13,13 +13,12 @@ use super::core::Core;
 use super::error::RunError;
 use super::job::{self, IntoJob, Job};
 use crate::deadline::{Deadline, DeadlineTimer, Spent, poll_timer};
-use crate::gate::wait::{Ended, SlotWait, Started};
+use crate::gate::permit::{Acquire, Permit};
 
 enum Phase<W, T> {
-    /// Not polled yet: no slot asked for.
-    Start(W),
-    /// Queued behind other waiters (and counted as demand).
-    Queued(W),
+    /// Waiting for a slot (not asked for before the first poll): the gate's one
+    /// [`Acquire`] future says where it stands.
+    Waiting(W),
     /// Admitted: the job runs or ran.
     Running(Job<T>),
     Done,
@@ -48,10 +47,13 @@ enum Phase<W, T> {
 /// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct Run<W, T> {
+    /// First, so that it is dropped first: a caller still in line leaves it (a slot
+    /// granted meanwhile goes on) before the closure, user code, is dropped.
+    acquire: Acquire,
     core: Arc<Core>,
     phase: Phase<W, T>,
-    wait: SlotWait,
-    created: Instant,
+    /// The caller in line was checked against [`refuse_in_line`](Run::refuse_in_line).
+    checked: bool,
     deadline: Deadline,
     timer: Option<DeadlineTimer>,
     /// Refuse at once a wait that cannot be served before the deadline.
@@ -64,10 +66,10 @@ impl<W, T> Unpin for Run<W, T> {}
 impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     pub(crate) fn new(core: Arc<Core>, work: W, deadline: Deadline) -> Run<W, T> {
         Run {
+            acquire: Acquire::new(Arc::clone(&core.limit)),
             core,
-            phase: Phase::Start(work),
-            wait: SlotWait::new(),
-            created: Instant::now(),
+            phase: Phase::Waiting(work),
+            checked: false,
             deadline,
             timer: None,
             refuse_early: false,
@@ -78,15 +80,16 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     /// leaves the queue (handing back a slot granted meanwhile), a running job is orphaned.
     fn expire(&mut self) -> RunError {
         let spent = match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Queued(_) => {
-                self.core.abandon_wait(&mut self.wait);
+            Phase::Waiting(work) => {
+                self.acquire.leave();
+                drop(work);
                 Spent::IN_LINE
             }
             Phase::Running(job) => {
                 drop(job);
                 Spent::RUNNING
             }
-            Phase::Start(_) | Phase::Done => Spent::IN_LINE,
+            Phase::Done => Spent::IN_LINE,
         };
         RunError::Expired(spent)
     }
@@ -95,7 +98,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
     /// its own request holds one of the slots (it would wait for itself), or it asked to
     /// [`refuse_early`](Run::refuse_early) and cannot be served in time.
     fn refuse_in_line(&self) -> Option<RunError> {
-        if super::held::holds(&self.core) {
+        if super::held::holds(&self.core.limit) {
             return Some(RunError::OwnSlot);
         }
         if !self.refuse_early {
@@ -103,9 +106,9 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
         }
         let limit = &self.core.limit;
         let estimate = super::estimate::Line {
-            ahead: limit.gate.waiting().saturating_sub(1),
-            capacity: limit.gate.capacity(),
-            hold: limit.hold.get()?,
+            ahead: limit.waiting().saturating_sub(1),
+            capacity: limit.capacity(),
+            hold: limit.mean_hold()?,
         };
         let left = self
             .deadline
@@ -118,13 +121,6 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
             })
     }
 
-    /// Leaves the line without waiting: a slot granted meanwhile goes on.
-    fn expire_queued(&mut self) {
-        if let Phase::Queued(_) = std::mem::replace(&mut self.phase, Phase::Done) {
-            self.core.abandon_wait(&mut self.wait);
-        }
-    }
-
     /// Arms the deadline's timer; returns `true` if it has already fired.
     fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
         match self.deadline.instant() {
@@ -135,37 +131,26 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
 
     /// Advances the state machine as far as it goes without waiting. User code (the
     /// waker's clone) only runs with the phase in place, so a panic there leaves a queued
-    /// caller queued, for `Drop` to withdraw.
+    /// caller queued, for `Drop` (the [`Acquire`]'s) to withdraw.
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, RunError>> {
         loop {
             match &mut self.phase {
-                Phase::Start(_) => match self.wait.start(&self.core.limit.gate) {
-                    Started::Acquired => self.admit(false),
-                    Started::Queued => {
-                        self.core.limit.queued();
-                        self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
-                            Phase::Start(work) => Phase::Queued(work),
-                            _ => unreachable!("matched `Start`"),
-                        };
-                        if let Some(refused) = self.refuse_in_line() {
-                            self.expire_queued();
-                            return Poll::Ready(Err(refused));
-                        }
-                    }
-                    Started::Closed => {
+                Phase::Waiting(_) => match self.acquire.poll_acquire(cx) {
+                    Poll::Ready(Some((permit, waited))) => self.admit(permit, waited),
+                    Poll::Ready(None) => {
                         self.phase = Phase::Done;
                         return Poll::Ready(Err(RunError::Closed));
                     }
-                },
-                Phase::Queued(_) => match self.wait.poll(&self.core.limit.gate, cx.waker()) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ended::Granted) => self.admit(true),
-                    Poll::Ready(ended) => {
-                        self.phase = Phase::Done;
-                        if self.core.limit.wait_closed(ended) {
-                            self.core.idle_now();
+                    Poll::Pending => {
+                        // Just joined the line: checked once whether it may wait in it.
+                        if !std::mem::replace(&mut self.checked, true) {
+                            if let Some(refused) = self.refuse_in_line() {
+                                self.acquire.leave();
+                                self.phase = Phase::Done;
+                                return Poll::Ready(Err(refused));
+                            }
                         }
-                        return Poll::Ready(Err(RunError::Closed));
+                        return Poll::Pending;
                     }
                 },
                 Phase::Running(job) => {
@@ -189,13 +174,12 @@ impl<W: IntoJob<T>, T: Send + 'static> Run<W, T> {
         }
     }
 
-    /// The caller holds a slot: hand the work to a worker.
-    fn admit(&mut self, queued: bool) {
-        let work = match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Start(work) | Phase::Queued(work) => work,
-            _ => unreachable!("admitted twice"),
+    /// The caller holds `permit`: hand the work to a worker.
+    fn admit(&mut self, permit: Permit, waited: std::time::Duration) {
+        let Phase::Waiting(work) = std::mem::replace(&mut self.phase, Phase::Done) else {
+            unreachable!("admitted twice")
         };
-        let job = job::admit(&self.core, work, self.created.elapsed(), queued);
+        let job = job::admit(&self.core, work, permit, waited);
         self.phase = Phase::Running(job);
     }
 }
@@ -269,13 +253,13 @@ impl<W, T> Run<W, T> {
 impl<W, T> fmt::Debug for Run<W, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let phase = match &self.phase {
-            Phase::Start(_) => "start",
-            Phase::Queued(_) => "queued",
+            Phase::Waiting(_) if self.acquire.is_queued() => "queued",
+            Phase::Waiting(_) => "start",
             Phase::Running(_) => "running",
             Phase::Done => "done",
         };
         f.debug_struct("Run")
-            .field("pool", &&*self.core.limit.name)
+            .field("pool", &&**self.core.limit.name())
             .field("phase", &phase)
             .field("deadline", &self.deadline)
             .finish()
@@ -303,11 +287,5 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for Run<W, T> {
     }
 }
 
-impl<W, T> Drop for Run<W, T> {
-    fn drop(&mut self) {
-        if let Phase::Queued(_) = self.phase {
-            self.core.abandon_wait(&mut self.wait);
-        }
-        // A running job is orphaned by dropping its `Job`.
-    }
-}
+// No `Drop`: a caller in line leaves it when the `Acquire` (the first field) is dropped, and
+// a running job is orphaned by dropping its `Job`.

@@ -46,11 +46,13 @@ pub struct PoolStats {
     pub oldest_job_age: Option<Duration>,
     /// Time-weighted average of holders + waiters over the demand window.
     pub demand: f64,
-    /// Moving average of how long a slot is held (weight 1/8 per release): the basis of
-    /// [`Saturated::retry_after`](super::Saturated::retry_after). A job's own slot is held
-    /// while it runs; a request admitted by the tower layer's `for_pool` holds one of the
-    /// pool's slots from admission to the end of its body, and that hold is averaged in
-    /// too. `None` before the first slot came back.
+    /// Moving average of how long the pool's jobs ran (weight 1/8 per slot given back): the
+    /// basis of [`Saturated::retry_after`](super::Saturated::retry_after), sampled when a
+    /// job's slot goes back. A request admitted by the tower layer's `for_pool` holds one of
+    /// the pool's slots from admission to the end of its body: what is averaged for it is
+    /// the time of the jobs it ran on that slot (their sum, if it ran several), not its
+    /// whole hold; a request that ran none adds nothing. `None` before the first job's slot
+    /// came back.
     pub mean_job_time: Option<Duration>,
     /// How long admitted callers waited for their slot (zero when one was free), recorded
     /// at admission: the series of `loopguard_pool_wait_seconds`.

@@ -17,9 +17,12 @@ pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
     let nice = builder.validated_nice()?;
     let idle = builder.worker_sched_idle;
     let core = Arc::new(Core::new(builder)?);
+    let weak = Arc::downgrade(&core);
+    let hook: std::sync::Weak<dyn crate::gate::limit::OnClosedIdle> = weak;
+    core.limit.on_closed_idle(hook);
     for index in 0..core.workers.count() {
         let worker = core.clone();
-        let name = format!("{}-{index}", core.limit.name);
+        let name = format!("{}-{index}", core.limit.name());
         spawn(&core, builder, name, true, move || {
             if idle {
                 enter_idle_class();
@@ -30,7 +33,7 @@ pub(crate) fn start(builder: &PoolBuilder) -> io::Result<Arc<Core>> {
     }
     if let Some(threshold) = stuck_after {
         let watcher = core.clone();
-        let name = format!("{}-monitor", core.limit.name);
+        let name = format!("{}-monitor", core.limit.name());
         spawn(&core, builder, name, false, move || {
             let watched = Watched {
                 monitor: &watcher.monitor,

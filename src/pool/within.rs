@@ -81,7 +81,7 @@ impl<W, T> fmt::Debug for TryRunWithin<W, T> {
             Phase::Done => "done",
         };
         f.debug_struct("TryRunWithin")
-            .field("pool", &&*self.core.limit.name)
+            .field("pool", &&**self.core.limit.name())
             .field("phase", &phase)
             .field("deadline", &self.deadline)
             .finish()
@@ -109,7 +109,7 @@ impl<W: IntoJob<T>, T: Send + 'static> Future for TryRunWithin<W, T> {
                     let Phase::Start(work) = std::mem::replace(&mut this.phase, Phase::Done) else {
                         unreachable!("matched `Start`")
                     };
-                    match job::try_admit(&this.core, work) {
+                    match job::try_admit(&this.core.limit, &this.core, work) {
                         Ok(job) => this.phase = Phase::Running(job),
                         Err(refused) => return Poll::Ready(Err(refused.into())),
                     }

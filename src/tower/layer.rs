@@ -3,19 +3,18 @@
 use std::fmt;
 use std::hash::Hash;
 use std::io;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::request::Parts;
 
 use super::config::AdmissionConfig;
-use super::gated::{Limited, OnPool};
+use super::gated::Limited;
 use super::mode::sealed::Gauged;
 use super::mode::{Keyed, Mode};
 use super::service::Admission;
 use crate::demand::Demand;
 use crate::gate::MAX_CAPACITY;
-use crate::gate::limit::Limit;
+use crate::gate::limit::{Basis, Limit};
 use crate::keyed::KeyedGate;
 use crate::pool::Pool;
 
@@ -85,10 +84,9 @@ impl AdmissionLayer<Limited> {
             )));
         }
         crate::name::check("an admission layer", name)?;
-        let limit = Limit::new(name.into(), capacity, Demand::default());
-        Ok(AdmissionLayer::with_mode(Limited {
-            limit: Arc::new(limit),
-        }))
+        // A request's permit is all the layer knows of: its hold is the `Retry-After` basis.
+        let limit = Limit::new(name.into(), capacity, Demand::default(), Basis::Holds);
+        Ok(AdmissionLayer::with_mode(Limited::own(limit)))
     }
 
     /// Publishes the layer's gauges (in use, waiting, demand) and the refusals counted so
@@ -102,11 +100,12 @@ impl AdmissionLayer<Limited> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn publish_metrics(&self) {
-        self.mode.limit.publish(Instant::now());
+        match &self.mode.pool {
+            Some(pool) => pool.publish_metrics(),
+            None => self.mode.limit.publish(Instant::now()),
+        }
     }
-}
 
-impl AdmissionLayer<OnPool> {
     /// A layer admitting requests on `pool`'s own slots: the pool is the one limit from the
     /// request to the worker thread.
     ///
@@ -115,7 +114,9 @@ impl AdmissionLayer<OnPool> {
     /// it; a request the layer refuses counts as a refusal of the pool
     /// (`loopguard_pool_rejected_total`); and the handler runs its blocking work on that
     /// very slot with [`Slot::try_run`](super::Slot::try_run), with no second admission
-    /// that could refuse it.
+    /// that could refuse it. The `Retry-After` hint is the pool's mean job time
+    /// ([`PoolStats::mean_job_time`](crate::pool::PoolStats::mean_job_time)): the time a
+    /// request holds its slot beyond its job (the handler, the response body) is not in it.
     ///
     /// # Examples
     ///
@@ -128,9 +129,9 @@ impl AdmissionLayer<OnPool> {
     /// assert_eq!((layer.capacity(), layer.in_use()), (2, pool.in_use()));
     /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn for_pool(pool: &Pool) -> AdmissionLayer<OnPool> {
+    pub fn for_pool(pool: &Pool) -> AdmissionLayer<Limited> {
         pool.mark_layered();
-        AdmissionLayer::with_mode(OnPool { pool: pool.clone() })
+        AdmissionLayer::with_mode(Limited::on_pool(pool))
     }
 }
 
@@ -339,9 +340,10 @@ impl<M: Mode> AdmissionLayer<M> {
         self.mode.rejected()
     }
 
-    /// The `Retry-After` a refusal carries now: the average time admitted requests held
-    /// their slot (at least 1 ms, 1 s before any finished), sent rounded up to whole
-    /// seconds.
+    /// The `Retry-After` a refusal carries now (at least 1 ms, 1 s before any sample), sent
+    /// rounded up to whole seconds: on a limit of the layer's own, the average time admitted
+    /// requests held their slot; on a pool's ([`for_pool`](AdmissionLayer::for_pool)), the
+    /// pool's mean job time; on a keyed gate, the average time a key was held.
     ///
     /// # Examples
     ///

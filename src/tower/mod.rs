@@ -127,7 +127,7 @@ mod service;
 mod slot;
 
 pub use body::AdmissionBody;
-pub use gated::{Limited, OnPool};
+pub use gated::Limited;
 pub use layer::AdmissionLayer;
 pub use mode::{Keyed, Mode};
 pub use service::{Admission, ResponseFuture};

@@ -1,6 +1,5 @@
-//! How a request is admitted: [`Limited`](super::Limited) (a named limit of the layer's
-//! own), [`OnPool`](super::OnPool) (a pool's slots) or [`Keyed`] (a [`KeyedGate`] slot for
-//! the request's key).
+//! How a request is admitted: [`Limited`](super::Limited) (a named limit, the layer's own
+//! or a pool's) or [`Keyed`] (a [`KeyedGate`] slot for the request's key).
 //!
 //! The modes answer the same questions (take a slot now? wait for one? how long until one
 //! frees up?) through a sealed trait, so the service and its future are written once.
@@ -19,7 +18,6 @@ use http::request::Parts;
 
 use crate::gate::limit::Average;
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
-use crate::pool::Pool;
 
 /// The sealed side of [`Mode`]: what the service asks of a mode. Not nameable outside the
 /// crate, so only the modes here implement it.
@@ -45,10 +43,11 @@ pub mod sealed {
         fn reject(&self);
         /// Requests refused so far.
         fn rejected(&self) -> u64;
-        /// The hint a refusal carries: how long a slot is held, on average.
+        /// The hint a refusal carries: the mean of the limit's `Retry-After` basis (a
+        /// request's hold, a pool's job time), or how long a key is held, on average.
         fn retry_after(&self) -> Duration;
-        /// The pool whose slots the requests hold, if any.
-        fn pool(&self) -> Option<Pool>;
+        /// The [`Slot`](crate::tower::Slot) of an admitted request, holding `permit`.
+        fn slot(&self, permit: Self::Permit) -> crate::tower::Slot;
         /// The line a request joining now would see, for an early refusal: waiters ahead,
         /// slots, mean hold; `None` when the mode has no estimate (no hold measured yet, or
         /// per key).
@@ -76,7 +75,7 @@ pub enum AdmitOutcome<M: Admit, B> {
 }
 
 /// How an [`AdmissionLayer`](super::AdmissionLayer) admits requests:
-/// [`Limited`](super::Limited), [`OnPool`](super::OnPool) or [`Keyed`]. Sealed: implemented by those three only.
+/// [`Limited`](super::Limited) or [`Keyed`]. Sealed: implemented by those two only.
 ///
 /// # Examples
 ///
@@ -250,8 +249,8 @@ where
         })
     }
 
-    fn pool(&self) -> Option<Pool> {
-        None
+    fn slot(&self, permit: KeyedPermit<K>) -> super::slot::Slot {
+        super::slot::Slot::grant(permit)
     }
 
     fn line(&self) -> Option<(usize, usize, Duration)> {

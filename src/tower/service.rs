@@ -155,7 +155,7 @@ where
         let state = match self.mode.try_admit(request, self.config.wait) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
-                let slot = Slot::grant(permit, self.mode.pool());
+                let slot = self.mode.slot(permit);
                 let deadline = arrival.unwrap_or_else(|| self.config.deadline(&request));
                 let request = admitted(request, &slot, deadline);
                 let future = {
@@ -363,7 +363,7 @@ where
                     else {
                         unreachable!("taken once, just before `Running`");
                     };
-                    let slot = Slot::grant(permit, line.mode.pool());
+                    let slot = line.mode.slot(permit);
                     let request = admitted(request, &slot, line.deadline);
                     let future = {
                         let _held = slot.scope();

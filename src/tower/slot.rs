@@ -4,8 +4,11 @@
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+// loom's under the crate's loom cfg: the flag is shared with `pool::Lent`, which the workers' model
+// runs.
+use crate::sync::atomic::{AtomicBool, Ordering};
 
+use crate::gate::permit::Permit;
 use crate::pool::{IntoJob, Job, Pool, TryRunError};
 
 /// The admission slot of a request, in its extensions for the handler: the slot is held
@@ -29,16 +32,50 @@ use crate::pool::{IntoJob, Job, Pool, TryRunError};
 /// ```
 #[derive(Clone)]
 pub struct Slot {
-    grant: Arc<dyn Any + Send + Sync>,
-    /// The pool whose slot this is, and whether a job runs on it now.
-    pool: Option<(Pool, Arc<AtomicBool>)>,
+    held: Held,
+}
+
+/// What a request's slot holds.
+#[derive(Clone)]
+enum Held {
+    /// A permit of a limit (`Limited`): lendable to a job of `pool`, when it is that
+    /// pool's, with whether a job runs on it now.
+    Gate {
+        permit: Arc<Permit>,
+        pool: Option<(Pool, Arc<AtomicBool>)>,
+    },
+    /// A key of a keyed gate, given back when the last clone goes.
+    Key { _permit: Arc<dyn Any + Send + Sync> },
 }
 
 impl Slot {
-    pub(crate) fn grant<P: Send + Sync + 'static>(permit: P, pool: Option<Pool>) -> Slot {
+    /// The slot of a request holding a key's permit.
+    pub(crate) fn grant<P: Send + Sync + 'static>(permit: P) -> Slot {
         Slot {
-            grant: Arc::new(permit),
-            pool: pool.map(|pool| (pool, Arc::new(AtomicBool::new(false)))),
+            held: Held::Key {
+                _permit: Arc::new(permit),
+            },
+        }
+    }
+
+    /// The slot of a request holding `permit`, one of `pool`'s when `pool` is given.
+    pub(crate) fn gated(permit: Permit, pool: Option<Pool>) -> Slot {
+        Slot {
+            held: Held::Gate {
+                permit: Arc::new(permit),
+                pool: pool.map(|pool| (pool, Arc::new(AtomicBool::new(false)))),
+            },
+        }
+    }
+
+    /// The pool this slot is one of, with its permit and its `running` flag.
+    fn lendable(&self) -> Option<(&Pool, &Arc<Permit>, &Arc<AtomicBool>)> {
+        match &self.held {
+            Held::Gate {
+                permit,
+                pool: Some((pool, running)),
+            } => Some((pool, permit, running)),
+            _ => None,
         }
     }
 
@@ -83,22 +120,19 @@ impl Slot {
         pool: &Pool,
         job: W,
     ) -> Result<Job<T>, TryRunError<W>> {
-        match &self.pool {
-            Some((own, running))
+        match self.lendable() {
+            Some((own, permit, running))
                 if own.same_pool(pool)
                     && running
                         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok() =>
             {
-                let lent = LentSlot {
-                    _grant: self.grant.clone(),
-                    running: running.clone(),
-                };
-                Ok(pool.run_on_held_slot(job, Box::new(lent)))
+                let lent = crate::pool::Lent::new(Arc::clone(permit), Arc::clone(running));
+                Ok(pool.run_on_lent(job, lent))
             }
             // Its own slot busy with a job: a second admission, refused as any other when
             // the pool is full (not told to use the slot it is using).
-            Some((own, _)) if own.same_pool(pool) => {
+            Some((own, _, _)) if own.same_pool(pool) => {
                 let _asked_knowingly = Pool::unheld_scope();
                 pool.try_run(job)
             }
@@ -110,26 +144,14 @@ impl Slot {
     /// its pool: a `pool.run` there that would wait, or a `pool.try_run` that would be
     /// refused, is refused with `OwnSlot` instead of waiting for itself.
     pub(crate) fn scope(&self) -> Option<impl Drop + use<>> {
-        self.pool.as_ref().map(|(pool, _)| pool.held_scope())
-    }
-}
-
-/// This slot, lent to a job: the job holds it until it is done, then frees it for the next.
-struct LentSlot {
-    _grant: Arc<dyn Any + Send + Sync>,
-    running: Arc<AtomicBool>,
-}
-
-impl Drop for LentSlot {
-    fn drop(&mut self) {
-        self.running.store(false, Ordering::Release);
+        self.lendable().map(|(pool, _, _)| pool.held_scope())
     }
 }
 
 impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Slot")
-            .field("pool", &self.pool.as_ref().map(|(pool, _)| pool.name()))
+            .field("pool", &self.lendable().map(|(pool, _, _)| pool.name()))
             .finish_non_exhaustive()
     }
 }

@@ -1,12 +1,13 @@
 //! Exhaustive interleavings of the worker queue, under loom: dispatch, spin, park, wake and
 //! close racing (the class of tokio#8056's lost wake-up).
 //!
-//! The model pool below is the real [`Workers`] and the real [`Gate`] (both on loom's
-//! primitives), glued together exactly as `Core` glues them: a job takes a slot before it is
-//! dispatched and gives it back when it has run; a worker may exit once the gate is closed
-//! and no slot is held (`Core::is_done`); the last release on a closed gate and the close
-//! itself wake every parked worker (`Core::release_slot`, `Core::idle_now`, `Core::close`).
-//! `Core` itself carries metrics, a monitor and thread handles that loom does not need.
+//! The model pool below is the real [`Workers`] and the real [`Limit`] (its gate on loom's
+//! primitives), glued together exactly as `Core` glues them: a job takes a [`Permit`]
+//! before it is dispatched and drops it when it has run (the one release); a worker may
+//! exit once the limit is closed and no slot is held (`Core::is_done`); the last permit
+//! dropped on a closed limit and the close itself wake every parked worker (the limit's
+//! [`OnClosedIdle`] hook, `Core::close`). `Core` itself carries metrics, a monitor and
+//! thread handles that loom does not need.
 //!
 //! What every model checks: each dispatched job runs exactly once; no worker stays parked
 //! with a job queued or after close (loom reports a deadlock if every thread is blocked);
@@ -18,7 +19,8 @@
 //! held until the response body has ended and the job is done.
 
 use super::*;
-use crate::gate::Gate;
+use crate::gate::limit::{Basis, Limit, OnClosedIdle};
+use crate::gate::permit::Permit;
 use loom::thread;
 
 use crate::failure::never;
@@ -37,43 +39,52 @@ use std::task::{Context, Poll};
 const SPIN: Duration = Duration::from_secs(3600);
 
 struct Pool {
-    gate: Gate,
+    limit: Arc<Limit>,
     workers: Workers,
     ran: AtomicUsize,
 }
 
+/// `Core`'s hook: the last permit of a closed limit wakes the workers.
+impl OnClosedIdle for Pool {
+    fn closed_idle(&self) {
+        self.workers.wake_all();
+    }
+}
+
 impl Pool {
     fn new(workers: usize, spin: Duration) -> Arc<Pool> {
-        Arc::new(Pool {
-            gate: Gate::new(workers),
+        let demand = crate::demand::Demand::default();
+        let pool = Arc::new(Pool {
+            limit: Arc::new(Limit::new("model".into(), workers, demand, Basis::Jobs)),
             workers: Workers::new(workers, spin),
             ran: AtomicUsize::new(0),
-        })
+        });
+        // `threads::start`.
+        let weak = Arc::downgrade(&pool);
+        let hook: std::sync::Weak<dyn OnClosedIdle> = weak;
+        pool.limit.on_closed_idle(hook);
+        pool
     }
 
     /// `Core::is_done`.
     fn is_done(&self) -> bool {
-        self.gate.is_closed() && self.gate.in_use() == 0
-    }
-
-    /// `Core::release_slot` and `Core::idle_now`.
-    fn release_slot(&self) {
-        if self.gate.release() == 0 && self.gate.is_closed() {
-            self.workers.wake_all();
-        }
+        self.limit.is_closed() && self.limit.in_use() == 0
     }
 
     /// `Core::close`.
     fn close(&self) {
-        if self.gate.close() {
+        if self.limit.close() {
             self.workers.wake_all();
         }
     }
 
-    /// `Pool::try_run`: a slot, then the job to a worker.
+    /// `Pool::try_run`: a permit, then the job to a worker.
     fn submit(self: &Arc<Self>) {
-        self.gate.try_acquire().expect("a free slot");
-        self.workers.dispatch(Arc::new(Job(self.clone())));
+        let permit = self.limit.try_acquire(true).expect("a free slot");
+        self.workers.dispatch(Arc::new(Job {
+            pool: self.clone(),
+            permit: loom::sync::Mutex::new(Some(permit)),
+        }));
     }
 
     /// The worker loop of `threads::work`; returns how many jobs this worker ran.
@@ -99,7 +110,8 @@ impl Pool {
 
     fn check_quiet(&self, jobs: usize) {
         assert_eq!(self.ran.load(Ordering::SeqCst), jobs, "a job ran not once");
-        assert_eq!(self.gate.in_use(), 0);
+        assert_eq!(self.limit.in_use(), 0);
+        assert_eq!(self.limit.demand_level(), 0);
         assert_eq!(self.workers.pending.load(Ordering::SeqCst), 0);
         let queue = lock(&self.workers.queue);
         assert!(queue.tasks.is_empty());
@@ -107,13 +119,18 @@ impl Pool {
     }
 }
 
-/// A job: counts that it ran, then gives its slot back.
-struct Job(Arc<Pool>);
+/// A job: counts that it ran, then drops its permit (`Cell::run` takes it out of the cell
+/// and drops it outside the cell's lock).
+struct Job {
+    pool: Arc<Pool>,
+    permit: loom::sync::Mutex<Option<Permit>>,
+}
 
 impl Task for Job {
     fn run(self: Arc<Self>, _worker: usize) {
-        self.0.ran.fetch_add(1, Ordering::SeqCst);
-        self.0.release_slot();
+        let permit = lock(&self.permit).take();
+        self.pool.ran.fetch_add(1, Ordering::SeqCst);
+        drop(permit);
     }
 }
 
@@ -182,59 +199,40 @@ fn two_jobs_race_a_spinning_and_a_parking_worker() {
     });
 }
 
-// Lent jobs: a request admitted on the pool's gate (`AdmissionLayer::for_pool`) runs its
-// handler's job on its own slot (`Slot::try_run`) while no other job runs on it (the
+// Lent jobs: a request admitted on the pool's limit (`AdmissionLayer::for_pool`) runs its
+// handler's job on its own permit (`Slot::try_run`) while no other job runs on it (the
 // `running` flag). The worker runs a lent job as `Cell::run` does: it stores the outcome,
-// lets its share of the slot go (`LentSlot`'s drop clears `running`), and only then
-// publishes the outcome, waking the handler. The request, the flag and the lent share are
-// modelled as the tower layer's `Slot` and `LentSlot` have them; the gate, the queue, the
-// worker and the hand-off are the real ones.
+// lets its share of the permit go (the real `Lent`, whose drop clears `running`), and only
+// then publishes the outcome, waking the handler. The request is modelled as the tower
+// layer's `Slot` has it (a shared permit and the flag); the limit, the permit, the lent
+// share, the queue, the worker and the hand-off are the real ones.
 
-/// The request's slot, shared by the request and by a job lent it (tower's `Slot` grant):
-/// it goes back to the gate when the last share goes.
-struct Grant(Arc<Pool>);
+use crate::pool::Lent;
 
-impl Drop for Grant {
-    fn drop(&mut self) {
-        self.0.release_slot();
-    }
-}
-
-/// A job's share of the request's slot (tower's `LentSlot`): dropped when the job is done.
-struct LentSlot {
-    _grant: Arc<Grant>,
-    running: Arc<AtomicBool>,
-}
-
-impl Drop for LentSlot {
-    fn drop(&mut self) {
-        self.running.store(false, Ordering::Release);
-    }
-}
-
-/// A job run on a lent slot: counts that it ran, then stores, lets the share go, publishes.
+/// A job run on a lent permit: counts that it ran, then stores, lets the share go, publishes.
 struct LentJob {
     pool: Arc<Pool>,
     handoff: Handoff<u32>,
-    lent: loom::sync::Mutex<Option<LentSlot>>,
-    /// A caller queued for the pool, which must not be granted the slot while this runs.
-    behind: Option<crate::gate::WaiterRef>,
+    lent: loom::sync::Mutex<Option<Lent>>,
+    /// A caller is queued for the pool, which must not be granted the slot while this runs.
+    behind: bool,
 }
 
 impl Task for LentJob {
     fn run(self: Arc<Self>, _worker: usize) {
+        // `Cell::run`: the share is taken out of the cell first, dropped once delivered.
+        let share = lock(&self.lent).take();
         self.pool.ran.fetch_add(1, Ordering::SeqCst);
-        if let Some(waiter) = &self.behind {
+        if self.behind {
             assert_eq!(
-                waiter.state(),
-                crate::gate::WaitState::Waiting,
+                self.pool.limit.waiting(),
+                1,
                 "the slot went to a waiter while its lent job ran"
             );
         }
         let stored = self.handoff.store(Ok(7), Duration::ZERO);
-        // `Cell::run`: the slot (here the lent share) goes back, and only then is the
-        // caller woken, so a caller woken by its outcome finds the slot free.
-        let share = lock(&self.lent).take();
+        // The permit (here the lent share) goes back, and only then is the caller woken, so
+        // a caller woken by its outcome finds the slot free.
         drop(share);
         stored.publish();
     }
@@ -255,40 +253,37 @@ impl Future for Await {
     }
 }
 
-/// A request admitted on the pool's gate, as the tower layer's `for_pool` admits it.
+/// A request admitted on the pool's limit, as the tower layer's `for_pool` admits it: its
+/// `Slot` shares the permit with the jobs lent it.
 struct Request {
-    grant: Arc<Grant>,
+    permit: Arc<Permit>,
     running: Arc<AtomicBool>,
 }
 
 impl Request {
     fn admit(pool: &Arc<Pool>) -> Request {
-        pool.gate.try_acquire().expect("a free slot");
+        let permit = pool.limit.try_acquire(false).expect("a free slot");
         Request {
-            grant: Arc::new(Grant(pool.clone())),
+            permit: Arc::new(permit),
             running: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// `Slot::try_run`: on this slot when no job runs on it, otherwise a second admission
+    /// `Slot::try_run`: on this permit when no job runs on it, otherwise a second admission
     /// (`pool.try_run`), which is what the model must never need.
     fn try_run(&self, pool: &Arc<Pool>) -> Result<Arc<LentJob>, Refused> {
-        self.try_run_before(pool, None)
+        self.try_run_before(pool, false)
     }
 
     /// [`try_run`](Request::try_run), with a queued caller the job must not let in.
-    fn try_run_before(
-        &self,
-        pool: &Arc<Pool>,
-        behind: Option<crate::gate::WaiterRef>,
-    ) -> Result<Arc<LentJob>, Refused> {
+    fn try_run_before(&self, pool: &Arc<Pool>, behind: bool) -> Result<Arc<LentJob>, Refused> {
         if self
             .running
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return match pool.gate.try_acquire() {
-                Ok(()) => panic!("a second pool slot for one request"),
+            return match pool.limit.try_acquire(true) {
+                Ok(_) => panic!("a second pool slot for one request"),
                 Err(refused) => Err(refused),
             };
         }
@@ -300,10 +295,10 @@ impl Request {
         let job = Arc::new(LentJob {
             pool: pool.clone(),
             handoff: Handoff::new(never::<u32>, reporter),
-            lent: loom::sync::Mutex::new(Some(LentSlot {
-                _grant: self.grant.clone(),
-                running: self.running.clone(),
-            })),
+            lent: loom::sync::Mutex::new(Some(Lent::new(
+                Arc::clone(&self.permit),
+                Arc::clone(&self.running),
+            ))),
             behind,
         });
         pool.workers.dispatch(job.clone());
@@ -311,10 +306,10 @@ impl Request {
     }
 }
 
-/// A handler awaits a job on its request's slot and at once runs a second one on it, while
-/// the worker finishes the first: the second always runs on the slot (never refused by the
-/// first's finished job, never on a second pool slot), and the slot goes back to the gate
-/// once the request and both jobs are done.
+/// A handler awaits a job on its request's permit and at once runs a second one on it,
+/// while the worker finishes the first: the second always runs on the permit (never
+/// refused by the first's finished job, never on a second pool slot), and the slot goes
+/// back once the request and both jobs are done.
 ///
 /// Seeded bug this catches (checked by hand, then restored): the lent job publishing its
 /// outcome before it lets its share go (`stored.publish()` before `drop(share)`): the
@@ -336,10 +331,10 @@ fn a_handler_reuses_its_slot_right_after_a_lent_job() {
             Ok(job) => job,
             Err(refused) => panic!("refused by its own finished job: {refused:?}"),
         };
-        assert_eq!(pool.gate.in_use(), 1, "one request, one slot");
+        assert_eq!(pool.limit.in_use(), 1, "one request, one slot");
         assert_eq!(block_on(Await(second)), 7);
         // The response body ends: the request's share goes, and with the jobs' shares gone
-        // too, the slot goes back.
+        // too, the permit is dropped and the slot goes back.
         drop(request);
         pool.close();
         assert_eq!(worker.join().unwrap(), 2);
@@ -351,10 +346,11 @@ fn a_handler_reuses_its_slot_right_after_a_lent_job() {
 /// job, with another caller queued for the pool: the slot stays held until both are done,
 /// then goes to that caller, once.
 ///
-/// Seeded bug this catches (checked by hand, then restored): a lent share that does not
-/// hold the request's grant (`LentSlot` without its `_grant` clone, so the body's end
-/// frees the slot under the running job): the model fails with "the slot went to a waiter
-/// while its lent job ran".
+/// Seeded bug this catches (checked by hand, then restored): the worker letting the lent
+/// share go before the job has run (`drop(share)` at the top of `LentJob::run`, as a
+/// `Cell::run` that released its slot early would): with the body's end that frees the slot
+/// under the running job, and the model fails with "the slot went to a waiter while its
+/// lent job ran".
 #[test]
 fn the_body_ending_while_a_lent_job_runs_keeps_the_slot() {
     let mut builder = loom::model::Builder::new();
@@ -363,20 +359,46 @@ fn the_body_ending_while_a_lent_job_runs_keeps_the_slot() {
         let pool = Pool::new(1, Duration::ZERO);
         let worker = pool.spawn_worker(0, false);
         let request = Request::admit(&pool);
-        let waiter = crate::gate::Waiter::new();
-        assert_eq!(pool.gate.enqueue(&waiter), crate::gate::Enqueued::Queued);
+        // A caller in line for the pool (a `Run`), queued behind the request's permit.
+        let mut acquire = crate::gate::permit::Acquire::new(pool.limit.clone());
+        let (_woken, waker) = crate::loom_util::flag();
+        let mut cx = Context::from_waker(&waker);
+        assert!(acquire.poll_acquire(&mut cx).is_pending());
         let job = request
-            .try_run_before(&pool, Some(waiter.clone()))
+            .try_run_before(&pool, true)
             .expect("the request's own slot");
         drop(request);
         assert_eq!(block_on(Await(job)), 7);
         pool.close();
         assert_eq!(worker.join().unwrap(), 1);
         // Granted once both were done, before or after the close (which takes an unclaimed
-        // grant back).
-        if pool.gate.claim(&waiter) {
-            pool.release_slot();
+        // grant back): a granted permit is dropped, as its job would.
+        match acquire.poll_acquire(&mut cx) {
+            Poll::Ready(granted) => drop(granted),
+            Poll::Pending => panic!("still in line after close"),
         }
+        drop(acquire);
         pool.check_quiet(1);
+    });
+}
+
+/// The pool closes while a request admitted on it (`for_pool`) still holds its permit and
+/// the worker parks: the worker cannot exit yet (a slot is held), and the request's permit,
+/// dropped last on another thread than the worker's, wakes it through the limit's
+/// [`OnClosedIdle`] hook, so it exits.
+///
+/// Seeded bug this catches (checked by hand, then restored): `Limit::idle_now` not calling
+/// the hook (the release notifies only the idle waiters): the worker stays parked and loom
+/// reports a deadlock.
+#[test]
+fn the_last_permit_of_a_closed_pool_wakes_its_parked_workers() {
+    loom::model(|| {
+        let pool = Pool::new(1, Duration::ZERO);
+        let worker = pool.spawn_worker(0, false);
+        let request = Request::admit(&pool);
+        pool.close();
+        drop(request);
+        assert_eq!(worker.join().unwrap(), 0);
+        pool.check_quiet(0);
     });
 }
