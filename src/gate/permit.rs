@@ -47,7 +47,7 @@ impl Limit {
 
 /// One held slot of a [`Limit`]. Dropping it is the one release (see the
 /// [module docs](self)).
-#[allow(unreachable_pub, missing_debug_implementations)]
+#[allow(unreachable_pub)]
 pub struct Permit {
     limit: Arc<Limit>,
     /// When it was granted, read only under [`Basis::Holds`].
@@ -97,6 +97,18 @@ impl Permit {
     }
 }
 
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("granted", &self.granted)
+            .field(
+                "jobs",
+                &Duration::from_nanos(self.jobs.load(Ordering::Relaxed)),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Permit {
     /// Samples the basis, gives the slot back (handing it to the oldest waiter, whose
     /// waker runs outside every lock) and notifies idleness at the last slot.
@@ -122,7 +134,7 @@ enum State {
 ///
 /// The caller's waker is cloned in a poll (user code): a panic there leaves the caller
 /// queued, for `Drop` to withdraw.
-#[allow(unreachable_pub, missing_debug_implementations)]
+#[allow(unreachable_pub)]
 pub struct Acquire {
     /// Moved into the permit when the caller is granted one (no second `Arc` clone per
     /// admission); `None` only once the wait ended with a grant.
@@ -130,6 +142,15 @@ pub struct Acquire {
     wait: SlotWait,
     state: State,
     created: Instant,
+}
+
+impl std::fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("state", &self.state)
+            .field("created", &self.created)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Acquire {
@@ -199,8 +220,10 @@ impl Acquire {
     fn grant(&mut self) -> (Permit, Duration) {
         let limit = self.limit.take().expect("granted once");
         let waited = self.created.elapsed();
-        limit.note_wait(waited);
-        (Permit::granted(limit), waited)
+        // The permit first: nothing between the `take` and it could leave the slot unowned.
+        let permit = Permit::granted(limit);
+        permit.limit.note_wait(waited);
+        (permit, waited)
     }
 
     /// Whether the caller waits in line.
@@ -296,12 +319,13 @@ mod tests {
     fn under_the_holds_basis_a_permit_samples_its_hold() {
         let limit = limit(1, Basis::Holds);
         assert_eq!(limit.mean_hold(), None);
+        // Read before the grant: the hold sampled at the drop cannot be longer.
+        let before = Instant::now();
         let permit = limit.try_acquire(false).unwrap();
-        let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20)); // the hold under test
         drop(permit);
         let mean = limit.mean_hold().expect("sampled at its drop");
-        assert!(mean >= Duration::from_millis(20) && mean <= started.elapsed());
+        assert!(mean >= Duration::from_millis(20) && mean <= before.elapsed());
     }
 
     #[test]

@@ -52,7 +52,9 @@ impl<F> Saturated<F> {
     /// (the expected time until a slot is free again; a `for_pool` request counts with the
     /// time of the jobs it ran on its slot, not its whole hold; see
     /// [`PoolStats::mean_job_time`](super::PoolStats::mean_job_time)), never less than 1 ms
-    /// and 1 s before any slot came back. It is a hint, not a promise.
+    /// and 1 s before any slot came back. It is a hint, not a promise: under `for_pool`,
+    /// while requests hold their slots past their jobs (a response body still streaming),
+    /// it is the pace of jobs, not of slots, and under-states the wait.
     /// [`retry_after_secs`](Saturated::retry_after_secs) rounds it up to whole seconds, which is
     /// always at least 1.
     ///

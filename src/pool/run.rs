@@ -217,7 +217,9 @@ impl<W, T> Run<W, T> {
     /// than `h` (a pool whose jobs are mostly quick with a few slow ones has an `h` above
     /// the typical job), or waiters ahead leave (their deadline passes, they are dropped)
     /// before their turn. It admits to the line a caller that will expire anyway when the
-    /// line moves slower. A refused caller can retry elsewhere; one admitted waits as with
+    /// line moves slower, as under `for_pool` when requests hold their slots past their
+    /// jobs (`h` is the jobs' time, not the holds'). A refused caller can retry elsewhere;
+    /// one admitted waits as with
     /// [`run_within`](super::Pool::run_within), within its deadline.
     ///
     /// # Examples

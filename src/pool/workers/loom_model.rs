@@ -220,7 +220,8 @@ struct LentJob {
 
 impl Task for LentJob {
     fn run(self: Arc<Self>, _worker: usize) {
-        // `Cell::run`: the share is taken out of the cell first, dropped once delivered.
+        // As `Cell::run` (which takes the work and its slot out of the cell under one lock):
+        // the share is taken out first, dropped once delivered.
         let share = lock(&self.lent).take();
         self.pool.ran.fetch_add(1, Ordering::SeqCst);
         if self.behind {
