@@ -192,14 +192,15 @@ fn a_standalone_layer_emits_a_pools_admission_series_under_its_name() {
     });
 }
 
-/// A handler that awaits one job on the request's slot and at once starts the next, a
-/// thousand times per request: each job runs on the request's own slot (never refused,
-/// never a second pool slot), because the worker marks the lent slot free before it wakes
-/// the handler.
+/// A handler that awaits one job (sleeping `job`) on the request's slot and at once starts
+/// the next, `rounds` times per request: each job runs on the request's own slot (never
+/// refused, never a second pool slot), because the worker marks the lent slot free before
+/// it wakes the handler.
 #[derive(Clone)]
 struct BackToBack {
     pool: Pool,
     rounds: usize,
+    job: Duration,
 }
 
 impl Service<Request<()>> for BackToBack {
@@ -217,12 +218,16 @@ impl Service<Request<()>> for BackToBack {
             .get::<Slot>()
             .cloned()
             .expect("admitted");
-        let (pool, rounds) = (self.pool.clone(), self.rounds);
+        let (pool, rounds, sleep) = (self.pool.clone(), self.rounds, self.job);
         Box::pin(async move {
             for round in 0..rounds {
                 // Read inside the job: the request's slot is the only one held.
                 let observer = pool.clone();
-                let job = match slot.try_run(&pool, move || observer.in_use()) {
+                let work = move || {
+                    std::thread::sleep(sleep);
+                    observer.in_use()
+                };
+                let job = match slot.try_run(&pool, work) {
                     Ok(job) => job,
                     Err(err) => panic!("round {round}: the second job was refused: {err}"),
                 };
@@ -241,7 +246,7 @@ on_every_executor! {
         for workers in [1, 2] {
             let pool = Pool::builder().name("edge-back-to-back").workers(workers).build().unwrap();
             let layer = AdmissionLayer::for_pool(&pool);
-            let mut service = layer.layer(BackToBack { pool: pool.clone(), rounds: 5_000 });
+            let mut service = layer.layer(BackToBack { pool: pool.clone(), rounds: 5_000, job: Duration::ZERO });
             for _ in 0..2 {
                 let response = service.call(Request::new(())).await.unwrap();
                 assert_eq!(response.status(), StatusCode::OK);
@@ -251,39 +256,6 @@ on_every_executor! {
             pool.wait_idle().await;
             assert_eq!(pool.in_use(), 0);
         }
-    }
-}
-
-/// A handler that runs one job of `job` on the request's slot, awaits it, and answers.
-#[derive(Clone)]
-struct OneJob {
-    pool: Pool,
-    job: Duration,
-}
-
-impl Service<Request<()>> for OneJob {
-    type Response = Response<String>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<String>, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<()>) -> Self::Future {
-        let slot = request
-            .extensions()
-            .get::<Slot>()
-            .cloned()
-            .expect("admitted");
-        let (pool, job) = (self.pool.clone(), self.job);
-        Box::pin(async move {
-            let walk = slot
-                .try_run(&pool, move || std::thread::sleep(job))
-                .expect("the request's own slot");
-            walk.await.expect("the job ran");
-            Ok(Response::new("walked".to_string()))
-        })
     }
 }
 
@@ -300,8 +272,9 @@ on_every_executor! {
         let extra = Duration::from_millis(600);
         let pool = Pool::builder().name("edge-basis").workers(1).build().unwrap();
         let layer = AdmissionLayer::for_pool(&pool);
-        let mut service = layer.layer(OneJob {
+        let mut service = layer.layer(BackToBack {
             pool: pool.clone(),
+            rounds: 1,
             job,
         });
         for _ in 0..2 {
@@ -329,8 +302,9 @@ on_every_executor! {
         // Without a pool the layer knows only the request: its basis is the hold.
         let pool = Pool::builder().name("edge-basis-walks").workers(1).build().unwrap();
         let layer = AdmissionLayer::new("edge-basis-own", 1).unwrap();
-        let mut service = layer.layer(OneJob {
+        let mut service = layer.layer(BackToBack {
             pool: pool.clone(),
+            rounds: 1,
             job: Duration::from_millis(1),
         });
         let hold = Duration::from_millis(200);
