@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Answer, serving};
-use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+use common::{Answer, serving, up, web_exporter};
+use loopguard_exporter::Exporter;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose, SanType,
@@ -143,22 +143,6 @@ fn tls(more: &str) -> String {
     format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n{more}")
 }
 
-fn up() -> impl loopguard_exporter::Source {
-    render_fn(PROMETHEUS_TEXT, |b| {
-        b.extend_from_slice(b"up 1\n");
-        Ok(())
-    })
-}
-
-fn exporter(path: &Path) -> Exporter {
-    Exporter::builder()
-        .source(up())
-        .workers(1)
-        .web_config_file(path)
-        .build()
-        .expect("the exporter builds")
-}
-
 /// A client trusting CA A, speaking `versions`, presenting `cert` if given.
 fn client(
     versions: &[&'static rustls::SupportedProtocolVersion],
@@ -242,7 +226,7 @@ fn refused(addr: SocketAddr, config: Arc<ClientConfig>, case: &str) {
 on_every_executor! {
     /// A scrape over TLS 1.2 and over TLS 1.3; with both offered, 1.3.
     async fn a_scrape_over_tls_1_2_and_1_3() {
-        let exporter = exporter(&config(&tls("")));
+        let exporter = web_exporter(&config(&tls("")));
         assert!(exporter.serves_tls());
         serving(&exporter, |addr| {
             assert_eq!(scraped(addr, client(TLS12, None), "1.2").version, ProtocolVersion::TLSv1_2);
@@ -257,7 +241,7 @@ on_every_executor! {
     /// Plain HTTP to the TLS port gets Go's answer byte for byte; bytes that are neither
     /// HTTP nor a TLS record are closed without one.
     async fn plain_http_gets_go_s_400_and_garbage_a_close() {
-        let exporter = exporter(&config(&tls("")));
+        let exporter = web_exporter(&config(&tls("")));
         serving(&exporter, |addr| {
             for request in [
                 &b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n"[..],
@@ -301,13 +285,13 @@ fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 #[test]
 fn min_and_max_version_refuse_the_versions_outside() {
     smol::block_on(async {
-        let min13 = exporter(&config(&tls("  min_version: TLS13\n")));
+        let min13 = web_exporter(&config(&tls("  min_version: TLS13\n")));
         serving(&min13, |addr| {
             refused(addr, client(TLS12, None), "1.2 below min_version TLS13");
             scraped(addr, client(TLS13, None), "1.3");
         })
         .await;
-        let max12 = exporter(&config(&tls("  max_version: TLS12\n")));
+        let max12 = web_exporter(&config(&tls("  max_version: TLS12\n")));
         serving(&max12, |addr| {
             refused(addr, client(TLS13, None), "1.3 above max_version TLS12");
             assert_eq!(
@@ -338,7 +322,7 @@ on_every_executor! {
                 format!("  client_ca_file: {}\n", pki().ca_a_file.display())
             };
             let text = tls(&format!("  client_auth_type: {auth}\n{ca}"));
-            let exporter = exporter(&config(&text));
+            let exporter = web_exporter(&config(&text));
             serving(&exporter, move |addr| {
                 for versions in [TLS12, TLS13] {
                     for (cert, served, which) in [
@@ -411,7 +395,8 @@ fn any_certificate_still_needs_its_key() {
             "RequireAndVerifyClientCert",
         ] {
             let ca = format!("  client_ca_file: {}\n", pki().ca_a_file.display());
-            let exporter = exporter(&config(&tls(&format!("  client_auth_type: {auth}\n{ca}"))));
+            let exporter =
+                web_exporter(&config(&tls(&format!("  client_auth_type: {auth}\n{ca}"))));
             serving(&exporter, move |addr| {
                 for versions in [TLS12, TLS13] {
                     let case = format!("{auth}, {:?}", versions[0].version);
@@ -440,7 +425,7 @@ fn client_allowed_sans_refuse_a_certificate_without_one() {
                  client_allowed_sans: [\"nothing.test\", \"{allowed}\"]\n",
                 pki().ca_a_file.display()
             ));
-            let exporter = exporter(&config(&text));
+            let exporter = web_exporter(&config(&text));
             serving(&exporter, move |addr| {
                 for versions in [TLS12, TLS13] {
                     scraped(addr, client(versions, Some(&pki().client_a)), allowed);
@@ -457,7 +442,7 @@ fn client_allowed_sans_refuse_a_certificate_without_one() {
         let text = tls(
             "  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [scraper.test]\n",
         );
-        let exporter = exporter(&config(&text));
+        let exporter = web_exporter(&config(&text));
         serving(&exporter, |addr| {
             scraped(
                 addr,
@@ -579,7 +564,7 @@ fn a_renewed_certificate_is_taken_and_a_bad_one_kept_out() {
     smol::block_on(async {
         let path = config(&tls(""));
         let dir = path.parent().unwrap().to_path_buf();
-        let exporter = exporter(&path);
+        let exporter = web_exporter(&path);
         serving(&exporter, move |addr| {
             let der = |pem: &str| {
                 CertificateDer::from_pem_slice(pem.as_bytes())
@@ -630,7 +615,7 @@ fn a_new_file_cannot_turn_tls_off_or_on() {
     let plain = "http_server_config:\n  headers:\n    X-Frame-Options: deny\n";
     smol::block_on(async {
         let path = config(&tls(""));
-        let on = exporter(&path);
+        let on = web_exporter(&path);
         let shown = path.display().to_string();
         serving(&on, move |addr| {
             replace(&path, plain);
@@ -648,7 +633,7 @@ fn a_new_file_cannot_turn_tls_off_or_on() {
         })
         .await;
         let path = config(plain);
-        let off = exporter(&path);
+        let off = web_exporter(&path);
         assert!(!off.serves_tls());
         let shown = path.display().to_string();
         serving(&off, move |addr| {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::serving;
-use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+use loopguard_exporter::Exporter;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -98,12 +98,8 @@ fn handshake_threads() -> Vec<(u64, i64)> {
 #[test]
 fn handshakes_run_off_the_loop_on_a_thread_at_the_workers_nice() {
     let (web_config, client) = tls_files();
-    let up = render_fn(PROMETHEUS_TEXT, |b| {
-        b.extend_from_slice(b"up 1\n");
-        Ok(())
-    });
     let exporter = Exporter::builder()
-        .source(up)
+        .source(common::up())
         .web_config_file(web_config)
         .build()
         .unwrap();

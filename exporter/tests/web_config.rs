@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Answer, Latch, get, serving, tool};
-use loopguard_exporter::{BCRYPT_MAX_COST, Exporter, PROMETHEUS_TEXT, render_fn};
+use common::{Answer, Latch, get, serving, tool, up, web_exporter};
+use loopguard_exporter::{BCRYPT_MAX_COST, Exporter};
 
 /// `htpasswd -nbBC 10 user password`'s hash, or `None` (the test is skipped) without it.
 fn htpasswd(user: &str, password: &str) -> Option<String> {
@@ -67,23 +67,6 @@ fn checked(text: &str) -> PathBuf {
     path
 }
 
-/// A source that writes `up 1`.
-fn up() -> impl loopguard_exporter::Source {
-    render_fn(PROMETHEUS_TEXT, |b| {
-        b.extend_from_slice(b"up 1\n");
-        Ok(())
-    })
-}
-
-fn exporter(path: &Path) -> Exporter {
-    Exporter::builder()
-        .source(up())
-        .workers(1)
-        .web_config_file(path)
-        .build()
-        .expect("the exporter builds")
-}
-
 fn basic(user: &str, password: &str) -> String {
     basic_bytes(format!("{user}:{password}").as_bytes())
 }
@@ -114,7 +97,7 @@ on_every_executor! {
     async fn only_the_right_credentials_are_let_in() {
         let Some(hash) = htpasswd("alice", "secret") else { return };
         let path = checked(&format!("basic_auth_users:\n  alice: {hash}\n"));
-        let exporter = exporter(&path);
+        let exporter = web_exporter(&path);
         serving(&exporter, |addr| {
             assert_unauthorized(&get(addr, "/metrics", &[]), "no credentials");
             assert_unauthorized(&with(addr, "/metrics", &basic("alice", "wrong")), "wrong password");
@@ -144,7 +127,7 @@ on_every_executor! {
 on_every_executor! {
     async fn a_right_password_costs_one_bcrypt() {
         let Some(hash) = htpasswd("alice", "secret") else { return };
-        let exporter = exporter(&checked(&format!("basic_auth_users:\n  alice: {hash}\n")));
+        let exporter = web_exporter(&checked(&format!("basic_auth_users:\n  alice: {hash}\n")));
         let counted = exporter.clone();
         serving(&exporter, move |addr| {
             let right = basic("alice", "secret");
@@ -164,7 +147,7 @@ on_every_executor! {
 on_every_executor! {
     async fn a_busy_verifier_answers_503_with_retry_after() {
         let Some(hash) = htpasswd("alice", "secret") else { return };
-        let exporter = exporter(&checked(&format!("basic_auth_users:\n  alice: {hash}\n")));
+        let exporter = web_exporter(&checked(&format!("basic_auth_users:\n  alice: {hash}\n")));
         let latch = Latch::default();
         let held = latch.clone();
         let pool = exporter.web_auth_pool().expect("a verifier");
@@ -196,7 +179,7 @@ on_every_executor! {
              X-Content-Type-Options: nosniff\n    Content-Security-Policy: default-src 'none'\n    \
              Strict-Transport-Security: max-age=31536000\nbasic_auth_users:\n  alice: {hash}\n"
         ));
-        let exporter = exporter(&path);
+        let exporter = web_exporter(&path);
         serving(&exporter, |addr| {
             let right = basic("alice", "secret");
             for (case, answer) in [
@@ -221,7 +204,7 @@ on_every_executor! {
     async fn past_the_rate_limit_429() {
         // Debian's promtool (exporter-toolkit 0.8) does not know `rate_limit`.
         let path = file("rate_limit:\n  interval: 1h\n  burst: 2\n");
-        let exporter = exporter(&path);
+        let exporter = web_exporter(&path);
         serving(&exporter, |addr| {
             assert_eq!(get(addr, "/metrics", &[]).status, 200);
             assert_eq!(get(addr, "/healthz", &[]).status, 200);
@@ -244,7 +227,7 @@ on_every_executor! {
         let path = checked(&one);
         let two = format!("{one}  bob: {bob}\n");
         assert_ne!(promtool_accepts(&file(&two)), Some(false));
-        let exporter = exporter(&path);
+        let exporter = web_exporter(&path);
         let marker = path.display().to_string();
         serving(&exporter, move |addr| {
             let (a, b) = (basic("alice", "a-pass"), basic("bob", "b-pass"));

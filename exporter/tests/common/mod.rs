@@ -243,3 +243,22 @@ pub fn source_part(text: &str) -> String {
     };
     format!("{}{eof}", &text[..start])
 }
+
+/// A source that writes `up 1`.
+pub fn up() -> impl loopguard_exporter::Source {
+    loopguard_exporter::render_fn(loopguard_exporter::PROMETHEUS_TEXT, |b| {
+        b.extend_from_slice(b"up 1\n");
+        Ok(())
+    })
+}
+
+/// An exporter of one worker serving [`up`] behind the web config file at `path`.
+#[cfg(feature = "web-config")]
+pub fn web_exporter(path: &std::path::Path) -> Exporter {
+    Exporter::builder()
+        .source(up())
+        .workers(1)
+        .web_config_file(path)
+        .build()
+        .expect("the exporter builds")
+}
