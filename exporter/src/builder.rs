@@ -330,7 +330,7 @@ impl ExporterBuilder {
     ///   once per change. The handshake's crypto (key exchange, signature, a client
     ///   certificate's verification) runs on a thread of the exporter's own,
     ///   `tls-handshake`, at the [`worker_nice`](ExporterBuilder::worker_nice) value, not on
-    ///   the loop, which pays 0.15 to 0.2 ms a connection for the rest (BENCHMARKS.md, "TLS
+    ///   the loop, which pays 0.2 to 0.5 ms a connection for the rest (BENCHMARKS.md, "TLS
     ///   handshakes"). When 128 new handshakes already wait for that thread, a new
     ///   connection is closed at once instead of queueing behind them, as a saturated pool
     ///   refuses; one that waits for its client's next bytes does not count.
