@@ -202,6 +202,23 @@ impl Exporter {
     /// (feature `tls`; always `false` without it). Fixed when the exporter is built: a new
     /// file that would turn TLS on or off is not taken. Say `https://` when announcing the
     /// address if it is `true`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use loopguard_exporter::{Exporter, PROMETHEUS_TEXT, render_fn};
+    ///
+    /// let source = render_fn(PROMETHEUS_TEXT, |b| {
+    ///     b.extend_from_slice(b"up 1\n");
+    ///     Ok(())
+    /// });
+    /// let exporter = Exporter::builder().source(source).build()?;
+    /// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let scheme = if exporter.serves_tls() { "https" } else { "http" };
+    /// println!("listening on {scheme}://{}", listener.local_addr()?);
+    /// assert_eq!(scheme, "http"); // no web config file: plain HTTP
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn serves_tls(&self) -> bool {
         #[cfg(feature = "tls")]
         return self.inner.web.as_ref().is_some_and(|web| web.serves_tls());
