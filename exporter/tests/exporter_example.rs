@@ -788,7 +788,8 @@ fn the_web_config_file_guards_every_path() {
     assert!(out.status.success());
     let line = String::from_utf8(out.stdout).unwrap();
     let (_, hash) = line.trim().split_once(':').unwrap();
-    let dir = std::env::temp_dir().join(format!("loopguard-example-web-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("loopguard-example-web-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("web.yml");
     let config = format!(
@@ -868,7 +869,8 @@ fn the_web_config_file_turns_tls_on() {
         .unwrap()
         .signed_by(&key, &ca)
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("loopguard-example-tls-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("loopguard-example-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("server.crt"), cert.pem()).unwrap();
     std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();

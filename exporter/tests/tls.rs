@@ -56,7 +56,8 @@ struct Pki {
 fn pki() -> &'static Pki {
     static PKI: OnceLock<Pki> = OnceLock::new();
     PKI.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("loopguard-tls-{}", std::process::id()));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("loopguard-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ca = |name: &str| {
             let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();

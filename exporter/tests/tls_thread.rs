@@ -23,7 +23,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// A CA, a server certificate from it for 127.0.0.1 and a web config file serving it; the
 /// client config that trusts the CA.
 fn tls_files() -> (std::path::PathBuf, Arc<ClientConfig>) {
-    let dir = std::env::temp_dir().join(format!("loopguard-tls-thread-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("loopguard-tls-thread-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -31,7 +31,8 @@ fn htpasswd(user: &str, password: &str) -> Option<String> {
 fn file(text: &str) -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("loopguard-web-config-{}-{n}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("loopguard-web-config-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("web.yml");
     std::fs::write(&path, text).unwrap();
