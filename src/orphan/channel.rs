@@ -12,19 +12,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-// Under the crate's loom cfg (unit tests only) the queue's lock is loom's, so
-// `channel/loom_model.rs` explores push, receive, the receiver's drop and the last
-// sender's drop racing; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::Mutex;
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::Mutex;
+// Under the crate's loom cfg (unit tests only) the queue's lock is loom's (see
+// `crate::sync`), so `channel/loom_model.rs` explores push, receive, the receiver's drop
+// and the last sender's drop racing; normal builds never see loom.
+use crate::sync::{Mutex, lock};
 
 use futures_lite::Stream;
 
 use super::{Report, log_report};
 use crate::contain::{drop_contained, wake};
-use crate::sync::lock;
 
 /// The queue both sides share.
 struct Queue {
