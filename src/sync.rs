@@ -2,11 +2,11 @@
 //!
 //! The primitives a loom model explores (the gate, the hand-off, the workers' queue, the
 //! keyed gate, the signal, the orphan channel, the refresh flight, the retry ledger, the
-//! publisher) take their `Arc`, `Mutex`, `Condvar`, atomics and `thread_local!` from here,
-//! as tokio's take theirs from its `loom` module. Only the crate's own unit tests see loom (`cfg(all(test, loopguard_loom))`): the
-//! crate is also built as a plain library under the same flags (its tests depend on it,
-//! with the `tower` feature), and loom is a dev-dependency. Everything else uses std
-//! directly; [`lock`] takes either mutex.
+//! publisher) take their `Arc`, `Mutex`, `Condvar`, atomics and thread-locals from here,
+//! as tokio's take theirs from its `loom` module. Only the crate's own unit tests see loom
+//! (`cfg(all(test, loopguard_loom))`): the crate is also built as a plain library under the
+//! same flags (its tests depend on it, with the `tower` feature), and loom is a
+//! dev-dependency. Everything else uses std directly; [`lock`] takes either mutex.
 
 #[cfg(all(test, loopguard_loom))]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, atomic};
