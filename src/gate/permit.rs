@@ -88,6 +88,7 @@ impl Permit {
     /// Gives the slot back as dropping does, but samples nothing: the holder was refused
     /// after its grant (its deadline passed before it was served), so its hold measures no
     /// service, and a near-zero sample would drag the `Retry-After` basis down.
+    #[cfg(any(test, feature = "tower"))]
     pub(crate) fn discard(mut self) {
         self.granted = None;
         *self.jobs.get_mut() = 0;
