@@ -25,24 +25,24 @@
 //! lose nothing.
 
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::contain::{drop_contained, wake};
 use crate::failure::{Classifier, Panicked};
 use crate::orphan::Reporter;
 
 // Under the crate's loom cfg (unit tests only) the stage's mutex is loom's (see
 // `crate::sync`), so the model in `handoff/loom_model.rs` explores every interleaving.
 use crate::sync::{Mutex, lock};
+use crate::waker_slot::{Visit, WakerSlot, register};
 
 /// Where an outcome stands.
 enum Stage<T> {
     /// Not finished; the waker of whoever awaits the handle.
-    Running(Option<Waker>),
+    Running(WakerSlot),
     /// Finished and stored, not takeable yet: the runner still settles its own accounting
     /// (see [`Handoff::store`]). Keeps the waker of whoever awaits the handle.
-    Stored(Result<T, Panicked>, Duration, Option<Waker>),
+    Stored(Result<T, Panicked>, Duration, WakerSlot),
     /// Finished and delivered, with how long the work ran; not yet taken.
     Ready(Result<T, Panicked>, Duration),
     /// The handle was dropped first: the runner reports when it delivers.
@@ -75,7 +75,7 @@ impl<T> Handoff<T> {
     /// A hand-off whose failures (as `classify` sees them) go to `reporter` when orphaned.
     pub(crate) fn new(classify: Classifier<T>, reporter: Arc<Reporter>) -> Handoff<T> {
         Handoff {
-            stage: Mutex::new(Stage::Running(None)),
+            stage: Mutex::new(Stage::Running(WakerSlot::new())),
             classify,
             reporter,
         }
@@ -133,12 +133,10 @@ impl<T> Handoff<T> {
     fn publish(&self) {
         let mut stage = lock(&self.stage);
         match std::mem::replace(&mut *stage, Stage::Taken) {
-            Stage::Stored(result, elapsed, waker) => {
+            Stage::Stored(result, elapsed, mut waker) => {
                 *stage = Stage::Ready(result, elapsed);
                 drop(stage);
-                if let Some(waker) = waker {
-                    wake(waker);
-                }
+                waker.take().wake();
             }
             // The handle was dropped meanwhile and reported the outcome: nothing to do.
             other => *stage = other,
@@ -154,9 +152,7 @@ impl<T> Handoff<T> {
             *stage = Stage::Abandoned;
             drop(stage);
             finished();
-            if let Some(waker) = waker {
-                wake(waker);
-            }
+            waker.wake();
         } else {
             drop(stage);
             finished();
@@ -169,54 +165,28 @@ impl<T> Handoff<T> {
     ///
     /// When polled again after it returned `Ready`, with `what` naming the handle.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>, what: &str) -> Poll<Taken<T>> {
-        // The task's waker, cloned outside the lock: the clone is user code (if it panics,
-        // the stage is still `Running`), and so is the `Drop` of a waker it replaces, which
-        // runs after the lock is released, contained, and may call back into this hand-off.
-        let mut fresh: Option<Waker> = None;
-        loop {
-            let mut stage = lock(&self.stage);
-            match &mut *stage {
-                Stage::Running(waker) | Stage::Stored(_, _, waker) => {
-                    if matches!(waker, Some(w) if w.will_wake(cx.waker())) {
-                        drop(stage);
-                        drop_contained("a Waker", fresh);
-                        return Poll::Pending;
-                    }
-                    match fresh.take() {
-                        Some(new) => {
-                            let stale = waker.replace(new);
-                            drop(stage);
-                            drop_contained("a Waker", stale);
-                            return Poll::Pending;
-                        }
-                        None => {
-                            drop(stage);
-                            fresh = Some(cx.waker().clone());
-                        }
-                    }
-                }
-                Stage::Ready(..) => {
-                    let Stage::Ready(result, elapsed) =
-                        std::mem::replace(&mut *stage, Stage::Taken)
-                    else {
-                        unreachable!("matched `Ready`")
-                    };
-                    drop(stage);
-                    drop_contained("a Waker", fresh);
-                    return Poll::Ready(Taken::Outcome(result, elapsed));
-                }
-                Stage::Abandoned => {
-                    *stage = Stage::Taken;
-                    drop(stage);
-                    drop_contained("a Waker", fresh);
-                    return Poll::Ready(Taken::Abandoned);
-                }
-                Stage::Orphaned | Stage::Taken => {
-                    drop(stage);
-                    drop_contained("a Waker", fresh);
-                    panic!("`{what}` polled after completion")
-                }
+        // Through `register`: the task's waker is cloned outside the lock (user code: if
+        // the clone panics, the stage is still `Running`), and a waker it replaces is
+        // dropped after the lock is released, contained (it may call back into this
+        // hand-off).
+        let polled = register(&self.stage, cx.waker(), |stage| match stage {
+            Stage::Running(waker) | Stage::Stored(_, _, waker) => Visit::Store(waker, None),
+            Stage::Ready(..) => {
+                let Stage::Ready(result, elapsed) = std::mem::replace(stage, Stage::Taken) else {
+                    unreachable!("matched `Ready`")
+                };
+                Visit::Done(Some(Ok(Taken::Outcome(result, elapsed))))
             }
+            Stage::Abandoned => {
+                *stage = Stage::Taken;
+                Visit::Done(Some(Ok(Taken::Abandoned)))
+            }
+            Stage::Orphaned | Stage::Taken => Visit::Done(Some(Err(()))),
+        });
+        match polled {
+            None => Poll::Pending,
+            Some(Ok(taken)) => Poll::Ready(taken),
+            Some(Err(())) => panic!("`{what}` polled after completion"),
         }
     }
 
@@ -228,7 +198,8 @@ impl<T> Handoff<T> {
             Stage::Running(waker) => {
                 *stage = Stage::Orphaned;
                 drop(stage);
-                drop_contained("a Waker", waker);
+                // Its waker's `Drop` is contained (see `WakerSlot`).
+                drop(waker);
             }
             Stage::Ready(result, elapsed) => {
                 drop(stage);
@@ -238,7 +209,7 @@ impl<T> Handoff<T> {
             // finds nothing to do. The waker goes after the lock, contained.
             Stage::Stored(result, elapsed, waker) => {
                 drop(stage);
-                drop_contained("a Waker", waker);
+                drop(waker);
                 self.report(result, elapsed);
             }
             Stage::Orphaned | Stage::Abandoned | Stage::Taken => {}

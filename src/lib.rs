@@ -138,6 +138,7 @@ mod loom_util;
 mod name;
 mod signal;
 mod sync;
+mod waker_slot;
 
 pub mod deadline;
 pub mod demand;

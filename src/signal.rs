@@ -16,8 +16,8 @@ use std::task::{Context, Poll, Waker};
 // see loom.
 use crate::sync::Mutex;
 
-use crate::contain::{drop_contained, wake};
 use crate::sync::lock;
+use crate::waker_slot::{Visit, WakerSlot, register};
 
 /// A list of waiting tasks; see the [module docs](self).
 #[derive(Default)]
@@ -28,7 +28,7 @@ pub(crate) struct Signal {
 #[derive(Default)]
 struct Waiters {
     next_id: u64,
-    list: Vec<(u64, Waker)>,
+    list: Vec<(u64, WakerSlot)>,
 }
 
 impl Signal {
@@ -40,8 +40,8 @@ impl Signal {
     /// reads; the wakes run outside the lock, each contained.
     pub(crate) fn notify_all(&self) {
         let woken = std::mem::take(&mut lock(&self.waiters).list);
-        for (_, waker) in woken {
-            wake(waker);
+        for (_, mut waker) in woken {
+            waker.take().wake();
         }
     }
 
@@ -56,44 +56,26 @@ impl Signal {
         }
     }
 
-    /// Stores `waker` for `id` (a fresh id if `None`), dropping the one it replaces after
-    /// the lock, contained.
+    /// Stores `waker` for `id` (a fresh id if `None`) through [`register`]: cloned outside
+    /// the lock, the one it replaces dropped after the lock, contained.
     fn register(&self, id: &mut Option<u64>, waker: &Waker) {
-        let mut fresh = None;
-        loop {
-            let mut waiters = lock(&self.waiters);
-            let me = match *id {
-                Some(me) => me,
+        register(&self.waiters, waker, |waiters| {
+            let me = *id.get_or_insert_with(|| {
+                let me = waiters.next_id;
+                waiters.next_id = me.wrapping_add(1);
+                me
+            });
+            // A notify since the last look took the entry out: a new, empty one is listed
+            // (the caller looks at its condition again after registering).
+            let at = match waiters.list.iter().position(|(w, _)| *w == me) {
+                Some(at) => at,
                 None => {
-                    let me = waiters.next_id;
-                    waiters.next_id = me.wrapping_add(1);
-                    *id = Some(me);
-                    me
+                    waiters.list.push((me, WakerSlot::new()));
+                    waiters.list.len() - 1
                 }
             };
-            let stored = waiters.list.iter_mut().find(|(w, _)| *w == me);
-            if matches!(&stored, Some((_, w)) if w.will_wake(waker)) {
-                drop(waiters);
-                drop_contained("a Waker", fresh);
-                return;
-            }
-            // The clone is user code: made outside the lock.
-            let Some(new) = fresh.take() else {
-                drop(waiters);
-                fresh = Some(waker.clone());
-                continue;
-            };
-            let stale = match stored {
-                Some((_, old)) => Some(std::mem::replace(old, new)),
-                None => {
-                    waiters.list.push((me, new));
-                    None
-                }
-            };
-            drop(waiters);
-            drop_contained("a Waker", stale);
-            return;
-        }
+            Visit::Store(&mut waiters.list[at].1, ())
+        });
     }
 
     /// Forgets the waiter `id`, dropping its waker after the lock, contained.
@@ -103,7 +85,8 @@ impl Signal {
             let at = waiters.list.iter().position(|(w, _)| *w == id);
             at.map(|at| waiters.list.swap_remove(at))
         };
-        drop_contained("a Waker", removed);
+        // Its waker's `Drop` runs here, contained (see `WakerSlot`).
+        drop(removed);
     }
 }
 

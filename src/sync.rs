@@ -1,17 +1,33 @@
 //! The one std/loom switch, and poison-free locking.
 //!
 //! The primitives a loom model explores (the gate, the hand-off, the workers' queue, the
-//! keyed gate, the signal, the refresh flight, the retry ledger, the publisher) take their
-//! `Arc`, `Mutex`, `Condvar` and atomics from here, as tokio's take theirs from its `loom`
-//! module. Only the crate's own unit tests see loom (`cfg(all(test, loopguard_loom))`): the
-//! crate is also built as a plain library under the same flags (its tests depend on it,
-//! with the `tower` feature), and loom is a dev-dependency. Everything else uses std
-//! directly; [`lock`] takes either mutex.
+//! keyed gate, the signal, the orphan channel, the refresh flight, the retry ledger, the
+//! publisher) take their `Arc`, `Mutex`, `Condvar`, atomics and thread-locals from here,
+//! as tokio's take theirs from its `loom` module. Only the crate's own unit tests see loom
+//! (`cfg(all(test, loopguard_loom))`): the crate is also built as a plain library under the
+//! same flags (its tests depend on it, with the `tower` feature), and loom is a
+//! dev-dependency. Everything else uses std directly; [`lock`] takes either mutex.
 
 #[cfg(all(test, loopguard_loom))]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard, atomic};
 #[cfg(not(all(test, loopguard_loom)))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard, atomic};
+
+/// A thread-local with a `const` initializer: std's, or loom's under the crate's loom cfg
+/// (loom runs its threads on one OS thread; its macro has no `const` form).
+#[cfg(not(all(test, loopguard_loom)))]
+macro_rules! thread_local_const {
+    ($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        ::std::thread_local! { $(#[$attr])* static $name: $t = const { $init }; }
+    };
+}
+#[cfg(all(test, loopguard_loom))]
+macro_rules! thread_local_const {
+    ($(#[$attr:meta])* static $name:ident: $t:ty = $init:expr;) => {
+        ::loom::thread_local! { $(#[$attr])* static $name: $t = $init; }
+    };
+}
+pub(crate) use thread_local_const;
 
 use std::sync::PoisonError;
 

@@ -9,13 +9,17 @@ mod common;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 use common::{Latch, bounded, hold};
+use futures_lite::StreamExt as _;
 use futures_lite::future::block_on;
+use loopguard::Fallible;
 use loopguard::keyed::KeyedGate;
+use loopguard::orphan::OrphanHandler;
 use loopguard::pool::Pool;
 
 const LIMIT: Duration = Duration::from_secs(10);
@@ -192,4 +196,57 @@ fn a_waiting_request_whose_waker_clone_panicked_leaves_the_line_when_dropped() {
     );
     let next = block_on(service.call(http::Request::new(()))).unwrap();
     assert_eq!(next.status(), http::StatusCode::OK);
+}
+
+/// The handler whose clone `clone_reenters` makes: cloning it locks its channel's queue.
+static REENTRY_HANDLER: OnceLock<OrphanHandler> = OnceLock::new();
+/// How many times `clone_reenters` ran.
+static REENTRY_CLONES: AtomicUsize = AtomicUsize::new(0);
+
+fn clone_reenters(data: *const ()) -> RawWaker {
+    // Counting a new sender locks the orphan channel's queue: under that lock, this hangs.
+    drop(REENTRY_HANDLER.get().expect("the handler is set").clone());
+    REENTRY_CLONES.fetch_add(1, Ordering::SeqCst);
+    RawWaker::new(data, &CLONE_REENTERS)
+}
+
+static CLONE_REENTERS: RawWakerVTable = RawWakerVTable::new(clone_reenters, no_op, no_op, no_op);
+
+/// A waker whose `clone` clones `REENTRY_HANDLER`; waking or dropping it does nothing.
+fn clone_reentering_waker() -> Waker {
+    // SAFETY: the data pointer is never read, and every vtable function is sound for it on
+    // any thread: `clone` returns the same null pointer with this vtable, the others do
+    // nothing.
+    unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &CLONE_REENTERS)) }
+}
+
+/// The stored waker's `clone` runs outside the lock of whatever stores it (here the orphan
+/// channel's queue, which a waker can reach through a handler clone): a receiver polled
+/// with a waker whose `clone` re-enters the queue registers it, then receives.
+#[test]
+fn an_orphan_receiver_clones_its_waker_outside_its_queue() {
+    common::watchdog(LIMIT, || {
+        let (handler, mut reports) = OrphanHandler::channel(4);
+        assert!(REENTRY_HANDLER.set(handler.clone()).is_ok(), "set once");
+        let waker = clone_reentering_waker();
+        let mut next = reports.next();
+        assert!(
+            Pin::new(&mut next)
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        assert_eq!(REENTRY_CLONES.load(Ordering::SeqCst), 1, "stored once");
+        drop(next);
+        let pool = Pool::builder()
+            .workers(1)
+            .on_orphan(handler)
+            .build()
+            .unwrap();
+        drop(
+            pool.try_run(Fallible(|| Err::<(), _>("expected failure")))
+                .unwrap(),
+        );
+        let report = block_on(reports.next()).expect("the report");
+        assert_eq!(report.message(), "\"expected failure\"");
+    });
 }

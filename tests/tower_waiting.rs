@@ -143,3 +143,57 @@ on_every_executor! {
         assert_eq!(waiting.rejected(), 3);
     }
 }
+
+/// Never ready: a request granted a slot after waiting for it cannot be served before its
+/// deadline.
+#[derive(Clone)]
+struct NeverReady;
+
+impl Service<Request<()>> for NeverReady {
+    type Response = Response<&'static str>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // No waker kept: the deadline's timer wakes the request.
+        Poll::Pending
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Ok(Response::new("ok")))
+    }
+}
+
+/// A request granted a slot late and then refused (its service not ready before its
+/// deadline) gives the slot back without sampling its short hold: the `Retry-After` basis
+/// stays what the served request made it, not dragged down towards zero.
+#[test]
+fn a_request_refused_after_its_grant_leaves_the_retry_after_basis_alone() {
+    futures_lite::future::block_on(bounded(LIMIT, async {
+        let layer = AdmissionLayer::new("refused-after-grant", 1)
+            .unwrap()
+            .wait_within_deadline();
+        let mut service = layer.layer(NeverReady);
+        // Admitted at once (no readiness asked of it): it holds the slot.
+        let held = service.call(Request::new(())).await.unwrap();
+        let mut waiting = Box::pin(service.call(within(Duration::from_millis(400))));
+        assert!(
+            futures_lite::future::poll_once(&mut waiting)
+                .await
+                .is_none()
+        );
+        assert_eq!(layer.waiting(), 1);
+        // The hold under test: most of the waiting request's budget.
+        async_io::Timer::after(Duration::from_millis(300)).await;
+        // Its hold is the basis; the slot goes to the waiting request, whose deadline is
+        // near: the hold it will be refused with is shorter.
+        drop(held);
+        let basis = layer.retry_after();
+        assert!(basis >= Duration::from_millis(300), "{basis:?}");
+        assert_eq!((layer.in_use(), layer.waiting()), (1, 0), "granted");
+        let refused = waiting.await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(layer.in_use(), 0, "the slot came back");
+        assert_eq!(layer.retry_after(), basis, "the refused hold was sampled");
+    }));
+}

@@ -18,14 +18,9 @@ use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::cell::RefCell;
 
 // The publishers with a round in progress on this thread (loom's thread-locals under its
-// cfg: loom runs its threads on one OS thread).
-#[cfg(all(test, loopguard_loom))]
-loom::thread_local! {
+// cfg, from `crate::sync`: loom runs its threads on one OS thread).
+crate::sync::thread_local_const! {
     static PUBLISHING: RefCell<Vec<usize>> = RefCell::new(Vec::new());
-}
-#[cfg(not(all(test, loopguard_loom)))]
-std::thread_local! {
-    static PUBLISHING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Serializes the publishing rounds of one set of gauges; see the [module docs](self).

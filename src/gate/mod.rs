@@ -31,7 +31,7 @@ pub(crate) mod limit;
 pub(crate) mod permit;
 pub(crate) mod wait;
 
-use crate::contain::{drop_contained, wake};
+use crate::waker_slot::{Taken, Visit, WakerSlot, register};
 
 // std's, or loom's under the crate's loom cfg (see `crate::sync`).
 use crate::sync::{
@@ -68,7 +68,7 @@ const CLAIMED: u8 = 3;
 #[derive(Debug)]
 pub(crate) struct Waiter {
     state: AtomicU8,
-    waker: Mutex<Option<Waker>>,
+    waker: Mutex<WakerSlot>,
 }
 
 /// What a waiter sees when it looks at its state.
@@ -86,27 +86,19 @@ impl Waiter {
     pub(crate) fn new() -> WaiterRef {
         Arc::new(Waiter {
             state: AtomicU8::new(WAITING),
-            waker: Mutex::new(None),
+            waker: Mutex::new(WakerSlot::new()),
         })
     }
 
     /// Stores `waker` and returns the state observed afterwards, so a grant that races
     /// the registration is never missed.
     ///
-    /// The clone of `waker` (user code) runs before the lock, and a waker it replaces is
-    /// dropped after the lock is released, its `Drop` contained: a waker whose `clone`
-    /// panics changes nothing, and one whose `Drop` panics or calls back into the gate
-    /// neither deadlocks it nor loses the state.
+    /// Through [`register`]: the clone of `waker` (user code) runs outside the lock, and a
+    /// waker it replaces is dropped after the lock is released, its `Drop` contained: a
+    /// waker whose `clone` panics changes nothing, and one whose `Drop` panics or calls back
+    /// into the gate neither deadlocks it nor loses the state.
     pub(crate) fn poll_state(&self, waker: &Waker) -> WaitState {
-        let current = {
-            let slot = lock(&self.waker);
-            matches!(slot.as_ref(), Some(w) if w.will_wake(waker))
-        };
-        if !current {
-            let fresh = waker.clone();
-            let stale = lock(&self.waker).replace(fresh);
-            drop_contained("a Waker", stale);
-        }
+        register(&self.waker, waker, |slot| Visit::Store(slot, ()));
         self.state()
     }
 
@@ -119,11 +111,12 @@ impl Waiter {
     }
 
     /// Takes the stored waker out, for the caller to drop outside every lock.
-    pub(crate) fn take_waker(&self) -> Option<Waker> {
+    pub(crate) fn take_waker(&self) -> Taken {
         lock(&self.waker).take()
     }
 
-    fn set(&self, state: u8) -> Option<Waker> {
+    /// Sets the state, then takes the waker out (the caller wakes it after every lock).
+    fn set(&self, state: u8) -> Taken {
         self.state.store(state, Ordering::Release);
         lock(&self.waker).take()
     }
@@ -273,13 +266,11 @@ impl Gate {
                 None => {
                     // The waiter we saw left before we got the lock.
                     let prev = self.word.fetch_sub(IN_USE_ONE, Ordering::AcqRel);
-                    (None, ((prev & IN_USE_MASK) - 1) as usize)
+                    (Taken::default(), ((prev & IN_USE_MASK) - 1) as usize)
                 }
             }
         };
-        if let Some(waker) = waker {
-            wake(waker);
-        }
+        waker.wake();
         in_use
     }
 
@@ -316,26 +307,26 @@ impl Gate {
     /// slot granted to a waiter that has not claimed it yet is taken back (that waiter is
     /// told the gate closed). Returns whether this call closed it.
     pub(crate) fn close(&self) -> bool {
-        let wakers: Vec<Waker> = {
+        let wakers: Vec<Taken> = {
             let mut queue = lock(&self.queue);
             let prev = self.word.fetch_or(CLOSED, Ordering::AcqRel);
             if prev & CLOSED != 0 {
                 return false;
             }
             let queue = &mut *queue;
-            let mut wakers = Vec::with_capacity(queue.waiting.len());
+            let mut wakers = Vec::with_capacity(queue.waiting.len() + queue.granted.len());
             for waiter in queue.waiting.drain(..) {
                 self.word.fetch_sub(WAITING_ONE, Ordering::AcqRel);
-                wakers.extend(waiter.set(CLOSED_OUT));
+                wakers.push(waiter.set(CLOSED_OUT));
             }
             for waiter in queue.granted.drain(..) {
                 self.word.fetch_sub(IN_USE_ONE, Ordering::AcqRel);
-                wakers.extend(waiter.set(CLOSED_OUT));
+                wakers.push(waiter.set(CLOSED_OUT));
             }
             wakers
         };
         for waker in wakers {
-            wake(waker);
+            waker.wake();
         }
         true
     }

@@ -85,6 +85,15 @@ impl Permit {
         self.jobs.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Gives the slot back as dropping does, but samples nothing: the holder was refused
+    /// after its grant (its deadline passed before it was served), so its hold measures no
+    /// service, and a near-zero sample would drag the `Retry-After` basis down.
+    #[cfg(any(test, feature = "tower"))]
+    pub(crate) fn discard(mut self) {
+        self.granted = None;
+        *self.jobs.get_mut() = 0;
+    }
+
     /// What this permit adds to the `Retry-After` basis when it is dropped.
     fn sample(&self) -> Option<Duration> {
         match self.limit.basis() {
@@ -326,6 +335,29 @@ mod tests {
         drop(permit);
         let mean = limit.mean_hold().expect("sampled at its drop");
         assert!(mean >= Duration::from_millis(20) && mean <= before.elapsed());
+    }
+
+    #[test]
+    fn a_discarded_permit_gives_its_slot_back_and_samples_nothing() {
+        for basis in [Basis::Holds, Basis::Jobs] {
+            let limit = limit(1, basis);
+            let served = limit.try_acquire(false).unwrap();
+            served.job_ran(Duration::from_millis(40));
+            std::thread::sleep(Duration::from_millis(40)); // the hold of a served caller
+            drop(served);
+            let basis_before = limit.mean_hold().expect("one sample");
+            // Refused after its grant, with or without a job's time on it: no sample.
+            let refused = limit.try_acquire(false).unwrap();
+            refused.job_ran(Duration::from_millis(1));
+            let mut waiter = Acquire::new(limit.clone());
+            let waker = std::task::Waker::noop();
+            let mut cx = Context::from_waker(waker);
+            assert!(waiter.poll_acquire(&mut cx).is_pending());
+            refused.discard();
+            assert_eq!(limit.mean_hold(), Some(basis_before), "{basis:?}");
+            // The slot went on to the waiter, as a drop would have passed it.
+            assert!(matches!(waiter.poll_acquire(&mut cx), Poll::Ready(Some(_))));
+        }
     }
 
     #[test]

@@ -10,7 +10,6 @@
 use std::task::{Poll, Waker};
 
 use super::{Enqueued, Gate, Refused, WaitState, Waiter, WaiterRef};
-use crate::contain::drop_contained;
 
 /// How [`SlotWait::start`] went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +113,7 @@ impl Drop for SlotWait {
     /// and may panic or call back into the gate, by now with every count settled.
     fn drop(&mut self) {
         if let Some(waiter) = self.waiter.take() {
-            drop_contained("a Waker", waiter.take_waker());
+            drop(waiter.take_waker());
         }
     }
 }

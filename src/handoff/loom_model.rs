@@ -16,6 +16,7 @@ use crate::orphan::OrphanHandler;
 use loom::sync::atomic::AtomicBool;
 use loom::thread;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Waker;
 
 /// A hand-off of `u32` outputs (only a panic is a failure) and the count of the reports its
 /// orphan handler received.

@@ -10,21 +10,17 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
-// Under the crate's loom cfg (unit tests only) the queue's lock is loom's, so
-// `channel/loom_model.rs` explores push, receive, the receiver's drop and the last
-// sender's drop racing; normal builds never see loom.
-#[cfg(all(test, loopguard_loom))]
-use loom::sync::Mutex;
-#[cfg(not(all(test, loopguard_loom)))]
-use std::sync::Mutex;
+// Under the crate's loom cfg (unit tests only) the queue's lock is loom's (see
+// `crate::sync`), so `channel/loom_model.rs` explores push, receive, the receiver's drop
+// and the last sender's drop racing; normal builds never see loom.
+use crate::sync::{Mutex, lock};
 
 use futures_lite::Stream;
 
 use super::{Report, log_report};
-use crate::contain::{drop_contained, wake};
-use crate::sync::lock;
+use crate::waker_slot::{Taken, Visit, WakerSlot, register};
 
 /// The queue both sides share.
 struct Queue {
@@ -41,7 +37,7 @@ struct State {
     /// Reports refused because the queue was full.
     dropped: u64,
     /// The receiving task, while it waits.
-    waker: Option<Waker>,
+    waker: WakerSlot,
 }
 
 /// Makes a bounded report channel of `capacity` (at least one).
@@ -53,7 +49,7 @@ pub(super) fn bounded(capacity: usize) -> (Sender, OrphanReceiver) {
             closed: false,
             senders: 1,
             dropped: 0,
-            waker: None,
+            waker: WakerSlot::new(),
         }),
         capacity,
     });
@@ -87,12 +83,10 @@ impl Drop for Sender {
             if state.senders == 0 {
                 state.waker.take()
             } else {
-                None
+                Taken::default()
             }
         };
-        if let Some(waker) = waker {
-            wake(waker);
-        }
+        waker.wake();
     }
 }
 
@@ -112,9 +106,7 @@ impl Sender {
             state.reports.push_back(report);
             let waker = state.waker.take();
             drop(state);
-            if let Some(waker) = waker {
-                wake(waker);
-            }
+            waker.wake();
         }
     }
 }
@@ -231,39 +223,17 @@ impl Stream for OrphanReceiver {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Report>> {
         let queue = &*self.queue;
-        // The task's waker is cloned outside the lock (user code), and the one it replaces
-        // is dropped outside it too, contained.
-        let mut fresh: Option<Waker> = None;
-        loop {
-            let mut state = lock(&queue.state);
+        // Through `register`: the task's waker is cloned outside the lock (user code), and
+        // the one it replaces is dropped after it, contained.
+        register(&queue.state, cx.waker(), |state| {
             if let Some(report) = state.reports.pop_front() {
-                drop(state);
-                drop_contained("a Waker", fresh);
-                return Poll::Ready(Some(report));
+                Visit::Done(Poll::Ready(Some(report)))
+            } else if state.senders == 0 {
+                Visit::Done(Poll::Ready(None))
+            } else {
+                Visit::Store(&mut state.waker, Poll::Pending)
             }
-            if state.senders == 0 {
-                drop(state);
-                drop_contained("a Waker", fresh);
-                return Poll::Ready(None);
-            }
-            if matches!(&state.waker, Some(w) if w.will_wake(cx.waker())) {
-                drop(state);
-                drop_contained("a Waker", fresh);
-                return Poll::Pending;
-            }
-            match fresh.take() {
-                Some(new) => {
-                    let stale = state.waker.replace(new);
-                    drop(state);
-                    drop_contained("a Waker", stale);
-                    return Poll::Pending;
-                }
-                None => {
-                    drop(state);
-                    fresh = Some(cx.waker().clone());
-                }
-            }
-        }
+        })
     }
 }
 
@@ -276,7 +246,7 @@ impl Drop for OrphanReceiver {
             state.closed = true;
             (std::mem::take(&mut state.reports), state.waker.take())
         };
-        drop_contained("a Waker", waker);
+        drop(waker);
         for report in &queued {
             log_report(report);
         }

@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::core::Core;
+use super::deliver::deliver;
 use super::error::{Saturated, TryRunError};
 use super::workers::Task;
 use crate::contain::{drop_quietly, panic_message};
@@ -335,20 +336,18 @@ impl<W: IntoJob<T>, T: Send + 'static> Task for Cell<W, T> {
         slot.job_ran(elapsed);
         // The outcome is stored first (or, if the `Job` is gone, a failure is reported: the
         // orphan handler runs with the slot still held), but the caller cannot take it yet.
-        let stored = self.handoff.store(result, elapsed);
         // The recorder is user code: it hears of the job before the slot goes back (a panic
-        // there is contained), so a pool that reads idle has told it about every job.
-        core.stats.emit_job(outcome, elapsed);
-        core.limit.flush_rejected();
-        // The permit goes back (its `Drop` samples the basis, hands the slot to the oldest
+        // there is contained), so a pool that reads idle has told it about every job. Then
+        // the permit goes back (its `Drop` samples the basis, hands the slot to the oldest
         // waiter and notifies idleness), and only then is the caller woken: a caller woken
         // by its outcome (or polled for any other reason) always finds the slot free, so a
         // scraper that scrapes again at once is never refused by its own finished walk. The
-        // pool reads idle to `wait_idle` only once the outcome is takeable too.
-        core.limit.begin_publish();
-        drop(slot);
-        stored.publish();
-        core.limit.end_publish();
+        // pool reads idle to `wait_idle` only once the outcome is takeable too. `deliver`
+        // keeps that order even if a step unwinds.
+        deliver(&core.limit, &self.handoff, result, elapsed, slot, || {
+            core.stats.emit_job(outcome, elapsed);
+            core.limit.flush_rejected();
+        });
     }
 }
 

@@ -20,6 +20,7 @@
 
 mod builder;
 mod core;
+pub(crate) mod deliver;
 mod error;
 pub(crate) mod estimate;
 mod held;

@@ -117,6 +117,10 @@ impl Admit for Limited {
         Slot::gated(permit, self.pool.clone())
     }
 
+    fn discard(permit: Permit) {
+        permit.discard();
+    }
+
     fn line(&self) -> Option<(usize, usize, Duration)> {
         let limit = &self.limit;
         Some((limit.waiting(), limit.capacity(), limit.mean_hold()?))

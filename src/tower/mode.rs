@@ -48,6 +48,11 @@ pub mod sealed {
         fn retry_after(&self) -> Duration;
         /// The [`Slot`](crate::tower::Slot) of an admitted request, holding `permit`.
         fn slot(&self, permit: Self::Permit) -> crate::tower::Slot;
+        /// Gives back the `permit` of a request refused after its grant (its deadline
+        /// passed before it was served): nothing it held counts as a hold.
+        fn discard(permit: Self::Permit) {
+            drop(permit);
+        }
         /// The line a request joining now would see, for an early refusal: waiters ahead,
         /// slots, mean hold; `None` when the mode has no estimate (no hold measured yet, or
         /// per key).

@@ -245,9 +245,13 @@ struct WaitingRequest<S, ReqB, M: Mode> {
 }
 
 impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
-    /// Refuses the request (no slot in time, or the gate closed): its permit, if any, goes
-    /// back when the state is replaced.
-    fn refused(&self) -> ResponseState<S, ReqB, M> {
+    /// Refuses the request (no slot in time, or the gate closed). A permit granted to it
+    /// goes back discarded: a refused request's hold is no sample of the `Retry-After`
+    /// basis (it would drag the hint down towards zero).
+    fn refused(&mut self) -> ResponseState<S, ReqB, M> {
+        if let Some(permit) = self.permit.take() {
+            M::discard(permit);
+        }
         self.mode.reject();
         ResponseState::Refused {
             retry_after: self.mode.retry_after(),

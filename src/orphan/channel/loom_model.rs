@@ -17,6 +17,7 @@ use super::*;
 use crate::loom_util::flag;
 use crate::orphan::ReportKind;
 use loom::thread;
+use std::task::Waker;
 use std::time::Duration;
 
 fn report() -> Report {

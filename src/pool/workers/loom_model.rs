@@ -201,13 +201,15 @@ fn two_jobs_race_a_spinning_and_a_parking_worker() {
 
 // Lent jobs: a request admitted on the pool's limit (`AdmissionLayer::for_pool`) runs its
 // handler's job on its own permit (`Slot::try_run`) while no other job runs on it (the
-// `running` flag). The worker runs a lent job as `Cell::run` does: it stores the outcome,
-// lets its share of the permit go (the real `Lent`, whose drop clears `running`), and only
-// then publishes the outcome, waking the handler. The request is modelled as the tower
+// `running` flag). The worker runs a lent job through `Cell::run`'s own tail
+// (`pool::deliver`): it stores the outcome, lets its share of the permit go (the real
+// `Lent`, whose drop clears `running`), and only then publishes the outcome, waking the
+// handler. The request is modelled as the tower
 // layer's `Slot` has it (a shared permit and the flag); the limit, the permit, the lent
 // share, the queue, the worker and the hand-off are the real ones.
 
 use crate::pool::Lent;
+use crate::pool::deliver::deliver;
 
 /// A job run on a lent permit: counts that it ran, then stores, lets the share go, publishes.
 struct LentJob {
@@ -231,11 +233,16 @@ impl Task for LentJob {
                 "the slot went to a waiter while its lent job ran"
             );
         }
-        let stored = self.handoff.store(Ok(7), Duration::ZERO);
-        // The permit (here the lent share) goes back, and only then is the caller woken, so
-        // a caller woken by its outcome finds the slot free.
-        drop(share);
-        stored.publish();
+        // `Cell::run`'s own tail: the permit (here the lent share) goes back, and only then
+        // is the caller woken, so a caller woken by its outcome finds the slot free.
+        deliver(
+            &self.pool.limit,
+            &self.handoff,
+            Ok(7),
+            Duration::ZERO,
+            share,
+            || {},
+        );
     }
 }
 
@@ -313,7 +320,7 @@ impl Request {
 /// back once the request and both jobs are done.
 ///
 /// Seeded bug this catches (checked by hand, then restored): the lent job publishing its
-/// outcome before it lets its share go (`stored.publish()` before `drop(share)`): the
+/// outcome before it lets its share go (`_stored` before `_slot` in `deliver`'s `Published`): the
 /// model fails with "refused by its own finished job" (issue 26's first hole).
 #[test]
 fn a_handler_reuses_its_slot_right_after_a_lent_job() {
