@@ -176,24 +176,50 @@ fn a_request_refused_after_its_grant_leaves_the_retry_after_basis_alone() {
         let mut service = layer.layer(NeverReady);
         // Admitted at once (no readiness asked of it): it holds the slot.
         let held = service.call(Request::new(())).await.unwrap();
-        let mut waiting = Box::pin(service.call(within(Duration::from_millis(400))));
+        // A budget well past the hold below, so that a slow timer cannot make the grant
+        // come after the deadline (then no permit is granted and nothing is discarded).
+        let mut waiting = Box::pin(service.call(within(Duration::from_millis(1000))));
         assert!(
             futures_lite::future::poll_once(&mut waiting)
                 .await
                 .is_none()
         );
         assert_eq!(layer.waiting(), 1);
-        // The hold under test: most of the waiting request's budget.
+        // The hold under test.
         async_io::Timer::after(Duration::from_millis(300)).await;
-        // Its hold is the basis; the slot goes to the waiting request, whose deadline is
-        // near: the hold it will be refused with is shorter.
+        // Its hold is the basis; the slot goes to the waiting request, which holds it until
+        // its deadline (about 700 ms more): a sample of that hold would move the basis.
         drop(held);
         let basis = layer.retry_after();
         assert!(basis >= Duration::from_millis(300), "{basis:?}");
         assert_eq!((layer.in_use(), layer.waiting()), (1, 0), "granted");
+        // Whoever the slot's return wakes (here a wait for idleness) reads the refusal
+        // counted already: its waker reads the count the moment it is called.
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let mut idle = Box::pin(layer.wait_idle());
+        let waker = std::task::Waker::from(Arc::new(ReadsRejected(layer.clone(), seen.clone())));
+        assert!(
+            idle.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
         let refused = waiting.await.unwrap();
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(1),
+            "woken before the refusal was counted"
+        );
         assert_eq!(layer.in_use(), 0, "the slot came back");
         assert_eq!(layer.retry_after(), basis, "the refused hold was sampled");
     }));
+}
+
+/// A waker that records the layer's refusal count when it is called.
+struct ReadsRejected(AdmissionLayer, Arc<std::sync::Mutex<Option<u64>>>);
+
+impl std::task::Wake for ReadsRejected {
+    fn wake(self: Arc<Self>) {
+        *self.1.lock().unwrap() = Some(self.0.rejected());
+    }
 }

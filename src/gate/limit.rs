@@ -243,6 +243,12 @@ impl Limit {
         self.publishing.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Publishes in progress (a test's check that none stayed counted).
+    #[cfg(test)]
+    pub(crate) fn publishing(&self) -> usize {
+        self.publishing.load(Ordering::Acquire)
+    }
+
     /// The outcome announced by [`begin_publish`](Limit::begin_publish) is takeable: if
     /// that was the last one and no permit is held, idleness is notified.
     pub(crate) fn end_publish(&self) {

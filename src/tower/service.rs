@@ -249,10 +249,12 @@ impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
     /// goes back discarded: a refused request's hold is no sample of the `Retry-After`
     /// basis (it would drag the hint down towards zero).
     fn refused(&mut self) -> ResponseState<S, ReqB, M> {
+        // Counted before the slot goes back: a task the release wakes (the next waiter,
+        // one waiting for idleness) reads the refusal already counted.
+        self.mode.reject();
         if let Some(permit) = self.permit.take() {
             M::discard(permit);
         }
-        self.mode.reject();
         ResponseState::Refused {
             retry_after: self.mode.retry_after(),
         }

@@ -100,6 +100,7 @@ fn the_slot_goes_before_the_publish_inside_one_counted_publish() {
     };
     deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {
         assert!(!handoff.is_finished(), "told after the publish");
+        assert!(seen.get().is_none(), "told after the slot went back");
         told.set(true);
     });
     assert!(told.get());
@@ -158,4 +159,44 @@ fn a_tell_that_unwinds_still_lets_the_slot_go_before_the_publish() {
     };
     assert_eq!(seen.get(), Some(expected), "slot let go out of order");
     assert_delivered_once(&handoff, &limit, &woken);
+}
+
+/// A caller's waker that panics when woken.
+struct Panicking;
+
+impl Wake for Panicking {
+    fn wake(self: Arc<Self>) {
+        panic!("expected caller waker panic");
+    }
+}
+
+#[test]
+fn a_caller_waker_that_panics_while_a_step_unwinds_is_contained() {
+    // The slot's drop unwinds; the publish then wakes a caller whose waker panics too. The
+    // wake is contained: the delivery ends with the slot's panic and no abort, and the
+    // outcome is takeable.
+    let (limit, handoff, seen) = (limit(), handoff(), Cell::new(None));
+    let waker = Waker::from(Arc::new(Panicking));
+    let polled = handoff.poll_take(&mut Context::from_waker(&waker), "test");
+    assert!(polled.is_pending());
+    let slot = Slot {
+        handoff: &handoff,
+        limit: &limit,
+        seen: &seen,
+        panics: true,
+    };
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {});
+    }));
+    let payload = unwound.expect_err("the slot's panic resumes");
+    assert_eq!(
+        payload.downcast_ref::<&str>(),
+        Some(&"expected slot drop panic")
+    );
+    let noop = Waker::noop();
+    match handoff.poll_take(&mut Context::from_waker(noop), "test") {
+        Poll::Ready(Taken::Outcome(Ok(7), _)) => {}
+        _ => panic!("the outcome was not published"),
+    }
+    assert!(idle(&limit), "a publish stayed counted");
 }

@@ -111,6 +111,7 @@ impl Pool {
     fn check_quiet(&self, jobs: usize) {
         assert_eq!(self.ran.load(Ordering::SeqCst), jobs, "a job ran not once");
         assert_eq!(self.limit.in_use(), 0);
+        assert_eq!(self.limit.publishing(), 0, "a publish stayed counted");
         assert_eq!(self.limit.demand_level(), 0);
         assert_eq!(self.workers.pending.load(Ordering::SeqCst), 0);
         let queue = lock(&self.workers.queue);
