@@ -85,6 +85,7 @@ fn assert_delivered_once(handoff: &Handoff<u32>, limit: &Limit, woken: &Counter)
         _ => panic!("the outcome was not published"),
     }
     assert!(idle(limit), "a publish stayed counted");
+    assert_eq!(limit.publishing(), 0);
 }
 
 #[test]
