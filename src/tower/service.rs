@@ -144,15 +144,19 @@ where
         let arrival = if self.config.wait {
             let deadline = self.config.deadline(&request);
             if deadline.is_some_and(Deadline::is_expired) {
+                // Spent before admission: counted as an expiry (a limit's refusal).
+                self.mode.expire();
                 return ResponseFuture {
-                    state: self.refuse(),
+                    state: ResponseState::Refused {
+                        retry_after: self.mode.retry_after(),
+                    },
                 };
             }
             Some(deadline)
         } else {
             None
         };
-        let state = match self.mode.try_admit(request, self.config.wait) {
+        let state = match self.mode.try_admit(request) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
                 let slot = self.mode.slot(permit);
@@ -246,9 +250,9 @@ struct WaitingRequest<S, ReqB, M: Mode> {
 
 impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
     /// Refuses the request (no slot in time, or the gate closed): its permit, if any, goes
-    /// back when the state is replaced.
+    /// back when the state is replaced. Counted as an expiry (a limit's refusal).
     fn refused(&self) -> ResponseState<S, ReqB, M> {
-        self.mode.reject();
+        self.mode.expire();
         ResponseState::Refused {
             retry_after: self.mode.retry_after(),
         }
