@@ -546,6 +546,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
             .map_or(0, |entry| entry.gate.in_use())
     }
 
+    /// Holders and waiters of `key` counted as demand now (the models check none is left
+    /// over).
+    #[cfg(all(test, loopguard_loom))]
+    pub(crate) fn demand_level(&self, key: &K) -> usize {
+        let state = self.inner.lock();
+        state
+            .entries
+            .get(key)
+            .map_or(0, |entry| entry.demand.level())
+    }
+
     /// Callers of [`acquire`](Self::acquire) queued for `key`.
     ///
     /// # Examples
