@@ -249,3 +249,49 @@ fn a_key_swept_and_back_before_the_next_publication_keeps_its_value() {
         drop(permit);
     });
 }
+
+#[test]
+fn refusals_are_counted_at_once_and_emitted_in_batches() {
+    let recorder = MapRecorder::default();
+    let gate = metrics::with_local_recorder(&recorder, || KeyedGate::new("batch").unwrap());
+    let series = format!("{KEYED_REJECTED_TOTAL}{{gate=batch}}");
+    let held = gate.try_acquire("k").unwrap();
+    for _ in 0..3 {
+        assert!(gate.try_acquire("k").is_err());
+    }
+    // Exact at once; the recorder has not been told of each one.
+    assert_eq!(gate.rejected(), 3);
+    assert_eq!(recorder.get(&series), Some(0), "emitted one by one");
+    // A permit's drop tells it, in one update.
+    drop(held);
+    assert_eq!(recorder.get(&series), Some(3));
+    let held = gate.try_acquire("k").unwrap();
+    assert!(gate.try_acquire("k").is_err());
+    // So does a publish, and twice tells nothing twice.
+    gate.publish_metrics();
+    gate.publish_metrics();
+    assert_eq!(recorder.get(&series), Some(4));
+    drop(held);
+    assert_eq!(recorder.get(&series), Some(4));
+}
+
+#[test]
+fn a_capacity_the_gate_cannot_hold_is_refused() {
+    let err = KeyedGate::<u8>::builder("big")
+        .capacity(65_537)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "key capacity must be at most 65536, not 65537"
+    );
+    let err = KeyedGate::builder("big")
+        .capacity_for(1u8, usize::MAX)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let gate = KeyedGate::builder("big").capacity(65_536).build().unwrap();
+    let _permit = gate.try_acquire(1u8).unwrap();
+    assert_eq!(gate.in_use(&1), 1);
+}

@@ -13,13 +13,15 @@
 //!
 //! Seeded bugs they catch (each applied by hand, watched failing, restored):
 //! - `Acquire`'s `Drop` not passing on a slot granted to it meanwhile (the `release` after a
-//!   `cancel` that returns `true` left out): `cancel_races_release_and_passes_the_slot_on`
-//!   and `cancel_races_release_and_returns_the_slot` fail ("the key admits again").
+//!   `cancel` that returns `true` left out): `cancel_races_release_and_passes_the_slot_on`,
+//!   `cancel_races_release_and_returns_the_slot` and `sweep_races_release_and_cancel` fail
+//!   (a slot still held at the end, or the younger waiter never granted).
 //! - the first poll queuing without registering the task's waker (returning `Pending` right
-//!   after the gate's `start`): `release_races_a_first_poll` fails ("a granted waiter was
-//!   not woken").
-//! - the sweep judging a key by its demand's age alone (`removable_at` without the gate's
-//!   counts and the demand's level): `sweep_races_release_and_poll` fails.
+//!   after the gate's `start`): four models fail ("a granted waiter was not woken").
+//! - the sweep judging a key by the age of its demand alone (`removable_at` without the
+//!   gate's counts, and `is_idle_at` without the level): `sweep_races_release_and_poll`
+//!   fails (the held key removed under its holder). Either guard alone suffices: with only
+//!   one of them left out, every model passes, rightly.
 //! - `Acquire`'s `Drop` leaving the gate's line without leaving the demand: every cancel
 //!   model fails ("demand left over").
 //! - `publish_metrics` without `OnePublisher`: see the last model.
