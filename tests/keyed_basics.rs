@@ -295,3 +295,59 @@ fn a_capacity_the_gate_cannot_hold_is_refused() {
     let _permit = gate.try_acquire(1u8).unwrap();
     assert_eq!(gate.in_use(&1), 1);
 }
+
+#[test]
+fn a_gate_reads_its_name_and_a_held_keys_demand() {
+    let gate = KeyedGate::new("named").unwrap();
+    assert_eq!(gate.name(), "named");
+    let held = gate.try_acquire("k").unwrap();
+    let since = Instant::now();
+    // Wait on the clock (not to order events): let some demand accumulate.
+    while since.elapsed() < Duration::from_millis(2) {
+        std::hint::spin_loop();
+    }
+    let demand = gate.demand(&"k");
+    assert!(demand > 0.0 && demand <= 1.0, "{demand}");
+    drop(held);
+}
+
+#[test]
+fn prune_removes_keys_idle_for_a_window_now() {
+    let window = Duration::from_millis(1);
+    let gate = KeyedGate::builder("prune-now")
+        .window(window)
+        .build()
+        .unwrap();
+    drop(gate.try_acquire(1u32).unwrap());
+    let held = gate.try_acquire(2u32).unwrap();
+    let quiet_from = Instant::now();
+    // Wait on the clock (not to order events): let the window pass.
+    while quiet_from.elapsed() <= 2 * window {
+        std::hint::spin_loop();
+    }
+    gate.prune();
+    assert_eq!(
+        gate.tracked_keys(),
+        1,
+        "the idle key goes, the held one stays"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_key_swept_before_it_was_ever_published_gets_no_series() {
+    let recorder = MapRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let gate = KeyedGate::new("repos").unwrap();
+        drop(gate.try_acquire("once").unwrap());
+        gate.prune_at(Instant::now() + Duration::from_secs(10));
+        assert_eq!(gate.tracked_keys(), 0);
+        gate.publish_metrics();
+    });
+    let gauge = format!("{KEYED_DEMAND_AVG}{{gate=repos,key=once}}");
+    assert_eq!(
+        recorder.get(&gauge),
+        None,
+        "a zero published for a key never shown"
+    );
+}
