@@ -312,6 +312,24 @@ fn the_same_series_as_the_metrics_facade() {
     );
 }
 
+/// Two keyed gates in one collector are two sources (a gate given twice, by a clone, is
+/// one): each is encoded once.
+#[test]
+fn two_keyed_gates_are_each_encoded_once() {
+    let a = KeyedGate::<String>::new("gate-a").unwrap();
+    let b = KeyedGate::<String>::new("gate-b").unwrap();
+    let collector = Collector::new().keyed(&a).keyed(&b).keyed(&a.clone());
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(collector));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for gate in ["gate-a", "gate-b"] {
+        let series = format!("loopguard_keyed_rejected_total{{gate=\"{gate}\"}}");
+        let lines = text.lines().filter(|l| l.starts_with(&series)).count();
+        assert_eq!(lines, 1, "{series} encoded {lines} times in:\n{text}");
+    }
+}
+
 /// The key of a keyed layer: the request's path.
 fn tenant_of(parts: &http::request::Parts) -> String {
     parts.uri.path().to_string()
