@@ -24,7 +24,8 @@
 //! | `loopguard_orphaned_failures_total` | counter | `pool` for a pool's, `shield` for a shield's |
 //! | `loopguard_pool_stuck_jobs_total` | counter | `pool` |
 //! | `loopguard_keyed_demand_avg` | gauge, read | `gate`, `key` |
-//! | `loopguard_keyed_rejected_total` | counter | `gate` |
+//! | `loopguard_keyed_rejected_total` | counter, in batches | `gate` |
+//! | `loopguard_keyed_expired_total` | counter, in batches | `gate` |
 //! | `loopguard_refresh_runs_total` | counter | `cache`, `outcome` = `ok` / `error` |
 //! | `loopguard_refresh_hits_total` | counter | `cache` |
 //! | `loopguard_refresh_joins_total` | counter | `cache` |
@@ -51,9 +52,11 @@
 //! demand) are also emitted by a tower `AdmissionLayer` of its own, under its name.
 //!
 //! A refusal only counts (one atomic add, so refusing stays cheap under a storm); the
-//! recorder hears of refusals in one update when the next job finishes and at
-//! `publish_metrics`, so a scrape that publishes first sees them all;
-//! [`PoolStats::rejected`](crate::pool::PoolStats::rejected) is always exact. The gauges
+//! recorder hears of refusals in one update when the next job finishes (a keyed gate's:
+//! when one of its permits is dropped) and at `publish_metrics`, so a scrape that
+//! publishes first sees them all;
+//! [`PoolStats::rejected`](crate::pool::PoolStats::rejected) and
+//! [`KeyedGate::rejected`](crate::keyed::KeyedGate::rejected) are always exact. The gauges
 //! that are *read* rather than pushed are updated by
 //! [`Pool::publish_metrics`](crate::pool::Pool::publish_metrics) and
 //! [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics): call them

@@ -249,3 +249,154 @@ fn a_key_swept_and_back_before_the_next_publication_keeps_its_value() {
         drop(permit);
     });
 }
+
+#[test]
+fn refusals_are_counted_at_once_and_emitted_in_batches() {
+    let recorder = MapRecorder::default();
+    let gate = metrics::with_local_recorder(&recorder, || KeyedGate::new("batch").unwrap());
+    let series = format!("{KEYED_REJECTED_TOTAL}{{gate=batch}}");
+    let held = gate.try_acquire("k").unwrap();
+    for _ in 0..3 {
+        assert!(gate.try_acquire("k").is_err());
+    }
+    // Exact at once; the recorder has not been told of each one.
+    assert_eq!(gate.rejected(), 3);
+    assert_eq!(recorder.get(&series), Some(0), "emitted one by one");
+    // A permit's drop tells it, in one update.
+    drop(held);
+    assert_eq!(recorder.get(&series), Some(3));
+    let held = gate.try_acquire("k").unwrap();
+    assert!(gate.try_acquire("k").is_err());
+    // So does a publish, and twice tells nothing twice.
+    gate.publish_metrics();
+    gate.publish_metrics();
+    assert_eq!(recorder.get(&series), Some(4));
+    drop(held);
+    assert_eq!(recorder.get(&series), Some(4));
+}
+
+#[test]
+fn a_capacity_the_gate_cannot_hold_is_refused() {
+    let err = KeyedGate::<u8>::builder("big")
+        .capacity(65_537)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "key capacity must be at most 65536, not 65537"
+    );
+    let err = KeyedGate::builder("big")
+        .capacity_for(1u8, usize::MAX)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let gate = KeyedGate::builder("big").capacity(65_536).build().unwrap();
+    let _permit = gate.try_acquire(1u8).unwrap();
+    assert_eq!(gate.in_use(&1), 1);
+}
+
+#[test]
+fn a_gate_reads_its_name_and_a_held_keys_demand() {
+    let gate = KeyedGate::new("named").unwrap();
+    assert_eq!(gate.name(), "named");
+    let held = gate.try_acquire("k").unwrap();
+    let since = Instant::now();
+    // Wait on the clock (not to order events): let some demand accumulate.
+    while since.elapsed() < Duration::from_millis(2) {
+        std::hint::spin_loop();
+    }
+    let demand = gate.demand(&"k");
+    assert!(demand > 0.0 && demand <= 1.0, "{demand}");
+    drop(held);
+}
+
+#[test]
+fn prune_removes_keys_idle_for_a_window_now() {
+    let window = Duration::from_millis(1);
+    let gate = KeyedGate::builder("prune-now")
+        .window(window)
+        .build()
+        .unwrap();
+    drop(gate.try_acquire(1u32).unwrap());
+    let held = gate.try_acquire(2u32).unwrap();
+    let quiet_from = Instant::now();
+    // Wait on the clock (not to order events): let the window pass.
+    while quiet_from.elapsed() <= 2 * window {
+        std::hint::spin_loop();
+    }
+    gate.prune();
+    assert_eq!(
+        gate.tracked_keys(),
+        1,
+        "the idle key goes, the held one stays"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_key_swept_before_it_was_ever_published_gets_no_series() {
+    let recorder = MapRecorder::default();
+    metrics::with_local_recorder(&recorder, || {
+        let gate = KeyedGate::new("repos").unwrap();
+        drop(gate.try_acquire("once").unwrap());
+        gate.prune_at(Instant::now() + Duration::from_secs(10));
+        assert_eq!(gate.tracked_keys(), 0);
+        gate.publish_metrics();
+    });
+    let gauge = format!("{KEYED_DEMAND_AVG}{{gate=repos,key=once}}");
+    assert_eq!(
+        recorder.get(&gauge),
+        None,
+        "a zero published for a key never shown"
+    );
+}
+
+/// A key whose `Hash` panics while its switch is on (keys are equal by their number).
+#[derive(Debug, Clone)]
+struct Touchy(u32, std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl PartialEq for Touchy {
+    fn eq(&self, other: &Touchy) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Touchy {}
+
+impl std::hash::Hash for Touchy {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert!(
+            !self.1.load(std::sync::atomic::Ordering::SeqCst),
+            "expected Hash panic"
+        );
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_key_whose_hash_panics_on_release_still_frees_its_slot_and_its_line() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let gate = KeyedGate::new("touchy").unwrap();
+    let switch = std::sync::Arc::new(AtomicBool::new(false));
+    let key = Touchy(1, switch.clone());
+    // A holder released while the key's Hash panics: contained, the slot is back.
+    let permit = gate.try_acquire(key.clone()).unwrap();
+    switch.store(true, Ordering::SeqCst);
+    drop(permit);
+    switch.store(false, Ordering::SeqCst);
+    assert_eq!(gate.in_use(&key), 0, "the slot leaked");
+    // A waiter that leaves while the key's Hash panics: out of the line, the next release
+    // does not hand the slot to it.
+    let held = gate.try_acquire(key.clone()).unwrap();
+    let mut leaving = Box::pin(gate.acquire(key.clone()));
+    assert!(
+        futures_lite::future::block_on(futures_lite::future::poll_once(&mut leaving)).is_none()
+    );
+    switch.store(true, Ordering::SeqCst);
+    drop(leaving);
+    switch.store(false, Ordering::SeqCst);
+    drop(held);
+    assert_eq!(gate.in_use(&key), 0, "the slot went to a waiter that left");
+    assert!(gate.try_acquire(key.clone()).is_ok(), "the key stayed busy");
+}

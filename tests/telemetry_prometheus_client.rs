@@ -174,6 +174,15 @@ fn the_same_series_as_the_metrics_facade() {
     let busy = tenants.try_acquire("a".to_string()).unwrap();
     assert!(tenants.try_acquire("a".to_string()).is_err());
     drop(tenants.try_acquire("b".to_string()).unwrap());
+    // A keyed layer's waiting request whose budget was spent on arrival: an expiry.
+    let waiting = AdmissionLayer::keyed(tenants.clone(), tenant_of).wait_within_deadline();
+    let mut spent = http::Request::get("/b").body(()).unwrap();
+    spent
+        .extensions_mut()
+        .insert(Deadline::after(Duration::ZERO));
+    let expired = block_on(waiting.layer(Hello).call(spent)).unwrap();
+    assert_eq!(expired.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!((tenants.rejected(), tenants.expired()), (1, 1));
 
     // A layer of its own: one request served, one refused while a response holds the slot.
     let layer = AdmissionLayer::new("api", 1).unwrap();
@@ -211,6 +220,7 @@ fn the_same_series_as_the_metrics_facade() {
         "loopguard_pool_capacity{pool=\"same\"}",
         "loopguard_refresh_hits_total{cache=\"cached\"}",
         "loopguard_keyed_rejected_total{gate=\"tenants\"}",
+        "loopguard_keyed_expired_total{gate=\"tenants\"}",
         "loopguard_pool_capacity{pool=\"api\"}",
     ] {
         let lines = ours.lines().filter(|l| l.starts_with(once)).count();
@@ -254,6 +264,7 @@ fn the_same_series_as_the_metrics_facade() {
         (r#"loopguard_refresh_hits_total{cache="cached"}"#, 1.0),
         (r#"loopguard_pool_in_use{pool="same"}"#, 0.0),
         (r#"loopguard_keyed_rejected_total{gate="tenants"}"#, 1.0),
+        (r#"loopguard_keyed_expired_total{gate="tenants"}"#, 1.0),
         (r#"loopguard_pool_rejected_total{pool="api"}"#, 1.0),
         (r#"loopguard_pool_capacity{pool="api"}"#, 1.0),
         (r#"loopguard_pool_wait_seconds_count{pool="api"}"#, 1.0),
@@ -299,6 +310,24 @@ fn the_same_series_as_the_metrics_facade() {
         ),
         key_a
     );
+}
+
+/// Two keyed gates in one collector are two sources (a gate given twice, by a clone, is
+/// one): each is encoded once.
+#[test]
+fn two_keyed_gates_are_each_encoded_once() {
+    let a = KeyedGate::<String>::new("gate-a").unwrap();
+    let b = KeyedGate::<String>::new("gate-b").unwrap();
+    let collector = Collector::new().keyed(&a).keyed(&b).keyed(&a.clone());
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(collector));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for gate in ["gate-a", "gate-b"] {
+        let series = format!("loopguard_keyed_rejected_total{{gate=\"{gate}\"}}");
+        let lines = text.lines().filter(|l| l.starts_with(&series)).count();
+        assert_eq!(lines, 1, "{series} encoded {lines} times in:\n{text}");
+    }
 }
 
 /// The key of a keyed layer: the request's path.

@@ -1,6 +1,6 @@
 //! The `keyed` families: each key's demand as the gate's last `publish_metrics` set it
 //! (keys displayed there, so an encode runs no key code and takes no table lock), and the
-//! gate's refusals.
+//! gate's refusals and expiries.
 
 use std::fmt::{self, Display};
 use std::hash::Hash;
@@ -9,13 +9,16 @@ use std::sync::Arc;
 use prometheus_client::encoding::DescriptorEncoder;
 
 use super::encode::{counters, gauges};
-use crate::emit::{KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+use crate::emit::{
+    KEYED_DEMAND_AVG, KEYED_EXPIRED_TOTAL, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY,
+};
 use crate::keyed::{KeyedGate, Shown};
 
 /// A keyed gate of any key type, as the collector reads it.
 pub(super) trait ReadKeyed: Send + Sync {
     fn name(&self) -> &str;
     fn rejected(&self) -> u64;
+    fn expired(&self) -> u64;
     /// Each key, displayed, with the value the gate's last `publish_metrics` set: no key
     /// code runs and no table lock is taken here.
     fn shown(&self) -> Shown;
@@ -33,6 +36,10 @@ where
 
     fn rejected(&self) -> u64 {
         KeyedGate::rejected(self)
+    }
+
+    fn expired(&self) -> u64 {
+        KeyedGate::expired(self)
     }
 
     fn shown(&self) -> Shown {
@@ -65,5 +72,8 @@ pub(super) fn encode(e: &mut DescriptorEncoder<'_>, gates: &[Arc<dyn ReadKeyed>]
     })?;
     counters(e, KEYED_REJECTED_TOTAL, gates, |gate| {
         vec![([(LABEL_GATE, gate.name())], gate.rejected())]
+    })?;
+    counters(e, KEYED_EXPIRED_TOTAL, gates, |gate| {
+        vec![([(LABEL_GATE, gate.name())], gate.expired())]
     })
 }

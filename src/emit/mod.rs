@@ -82,8 +82,19 @@ pub(crate) const POOL_STUCK_JOBS_TOTAL: &str = "loopguard_pool_stuck_jobs_total"
 pub(crate) const KEYED_DEMAND_AVG: &str = "loopguard_keyed_demand_avg";
 
 /// Counter: calls to [`KeyedGate::try_acquire`](crate::keyed::KeyedGate::try_acquire)
-/// rejected because the key was busy. Label: `gate`.
+/// rejected because the key was busy (and fail-fast requests a keyed tower layer refused).
+/// Label: `gate`.
+///
+/// As a pool's refusals: a refusal only counts (one atomic add); the recorder hears of the
+/// refusals in one update when a permit of the gate is dropped and at
+/// [`KeyedGate::publish_metrics`](crate::keyed::KeyedGate::publish_metrics).
+/// [`KeyedGate::rejected`](crate::keyed::KeyedGate::rejected) is always exact.
 pub(crate) const KEYED_REJECTED_TOTAL: &str = "loopguard_keyed_rejected_total";
+
+/// Counter: requests whose deadline passed before their key admitted them (a keyed tower
+/// layer's waiting mode: spent on arrival, or while waiting in line). Label: `gate`.
+/// Emitted in batches, as [`KEYED_REJECTED_TOTAL`].
+pub(crate) const KEYED_EXPIRED_TOTAL: &str = "loopguard_keyed_expired_total";
 
 /// Label naming the pool (or the tower admission layer's limit) a series belongs to.
 pub(crate) const LABEL_POOL: &str = "pool";
@@ -255,6 +266,7 @@ pub(crate) fn help(name: &str) -> &'static str {
             "Time-weighted average of holders plus waiters of one key over the gate's window."
         }
         KEYED_REJECTED_TOTAL => "Reject-when-busy admissions refused because the key was busy.",
+        KEYED_EXPIRED_TOTAL => "Requests whose deadline passed before their key admitted them.",
         OPERATION_DURATION_SECONDS => {
             "Time from the start of an operation, queues included, to its end, by outcome."
         }
@@ -307,6 +319,7 @@ fn describe_all() {
         Unit::Count,
         help(KEYED_REJECTED_TOTAL)
     );
+    describe_counter!(KEYED_EXPIRED_TOTAL, Unit::Count, help(KEYED_EXPIRED_TOTAL));
     describe_histogram!(
         OPERATION_DURATION_SECONDS,
         Unit::Seconds,
@@ -396,6 +409,10 @@ impl Counted {
     /// and no event is emitted twice.
     pub(crate) fn flush(&self) {
         let counted = self.value.load(Ordering::Relaxed);
+        // Nothing new (the common case on a hot path): no read-modify-write.
+        if counted <= self.emitted.load(Ordering::Relaxed) {
+            return;
+        }
         let before = self.emitted.fetch_max(counted, Ordering::Relaxed);
         if counted > before {
             contain("the metrics recorder", || {

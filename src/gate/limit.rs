@@ -12,13 +12,14 @@
 //! the slot back (to the oldest waiter first) and notifies idleness. The fields are private
 //! to `gate/`.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ::metrics::{Counter, Gauge, Histogram};
 
 use super::Gate;
+use super::tally::Tally;
 use crate::demand::Demand;
 use crate::emit::durations::{DurationStats, Durations};
 use crate::emit::{
@@ -66,10 +67,9 @@ pub(crate) struct Limit {
     /// between its release and its publish): [`wait_idle`](Limit::wait_idle) waits for
     /// them too, so an idle pool has every outcome ready to be taken.
     publishing: AtomicUsize,
-    /// Refusals, counted at once and emitted in batches ([`Counted::flush`]).
-    rejected: Counted,
-    /// The `Retry-After` basis, per [`Basis`]: fed by [`Permit`](super::permit::Permit)'s `Drop` only.
-    hold: Average,
+    /// Refusals (counted at once, emitted in batches) and the `Retry-After` basis, per
+    /// [`Basis`]: the basis is fed by [`Permit`](super::permit::Permit)'s `Drop` only.
+    tally: Tally,
     /// Whether a tower layer admits requests on this limit's permits and lends them to
     /// jobs (`AdmissionLayer::for_pool`): only then can a caller's request hold one, and a
     /// refusal looks at the thread's mark.
@@ -119,8 +119,7 @@ impl Limit {
             idle: Signal::new(),
             closed_idle: OnceLock::new(),
             publishing: AtomicUsize::new(0),
-            rejected,
-            hold: Average::default(),
+            tally: Tally::new(rejected),
             #[cfg(feature = "tower")]
             lent_to_requests: std::sync::atomic::AtomicBool::new(false),
             wait_seconds,
@@ -160,17 +159,17 @@ impl Limit {
     /// Counts a refusal (emitted in batches).
     #[inline]
     pub(crate) fn count_rejected(&self) {
-        self.rejected.count();
+        self.tally.count_rejected();
     }
 
     /// Refusals counted so far.
     pub(crate) fn rejected(&self) -> u64 {
-        self.rejected.get()
+        self.tally.rejected()
     }
 
     /// Emits the refusals counted since the last flush.
     pub(crate) fn flush_rejected(&self) {
-        self.rejected.flush();
+        self.tally.flush_rejected();
     }
 
     /// The limit's own record of its waits.
@@ -208,7 +207,7 @@ impl Limit {
     /// waiter if there is one, waking it), and at the last slot notifies idleness.
     pub(super) fn release(&self, sample: Option<Duration>) {
         if let Some(sample) = sample {
-            self.hold.add(sample);
+            self.tally.sample_hold(sample);
         }
         self.demand.add(-1);
         if self.gate.release() == 0 {
@@ -289,7 +288,7 @@ impl Limit {
 
     /// Publishes the gauges read on the caller's thread, and the refusals counted so far.
     pub(crate) fn publish(&self, now: Instant) {
-        self.rejected.flush();
+        self.tally.flush_rejected();
         // One publisher at a time per gauge: overlapping publishes never leave an older
         // reading last.
         self.in_use.publish(|| self.gate.in_use() as f64);
@@ -311,43 +310,13 @@ impl Limit {
     /// The mean of the basis (see [`Basis`]), `None` before the first sample: a pool's
     /// `mean_job_time`, the `h` of an early refusal's estimate.
     pub(crate) fn mean_hold(&self) -> Option<Duration> {
-        self.hold.get()
+        self.tally.mean_hold()
     }
 
     /// The hint for a refused caller: the mean of the basis, at least 1 ms; 1 s before any
     /// sample.
     pub(crate) fn retry_after(&self) -> Duration {
-        self.hold.get().map_or(Duration::from_secs(1), |avg| {
-            avg.max(Duration::from_millis(1))
-        })
-    }
-}
-
-/// A moving average of durations (weight 1/8), lock-free; lost updates under contention
-/// only make it a little older.
-#[derive(Debug, Default)]
-pub(crate) struct Average {
-    nanos: AtomicU64,
-}
-
-impl Average {
-    pub(crate) fn add(&self, sample: Duration) {
-        let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let avg = self.nanos.load(Ordering::Relaxed);
-        let next = if avg == 0 {
-            sample
-        } else {
-            avg - avg / 8 + sample / 8
-        };
-        self.nanos.store(next.max(1), Ordering::Relaxed);
-    }
-
-    /// The average, `None` before the first sample.
-    pub(crate) fn get(&self) -> Option<Duration> {
-        match self.nanos.load(Ordering::Relaxed) {
-            0 => None,
-            nanos => Some(Duration::from_nanos(nanos)),
-        }
+        self.tally.retry_after()
     }
 }
 
@@ -374,15 +343,5 @@ mod tests {
         assert_eq!(whole_secs(ms(1000)), 1);
         assert_eq!(whole_secs(ms(1001)), 2);
         assert_eq!(whole_secs(Duration::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn the_average_starts_at_the_first_sample_and_moves_by_an_eighth() {
-        let avg = Average::default();
-        assert_eq!(avg.get(), None);
-        avg.add(Duration::from_nanos(800));
-        assert_eq!(avg.get(), Some(Duration::from_nanos(800)));
-        avg.add(Duration::from_nanos(1600));
-        assert_eq!(avg.get(), Some(Duration::from_nanos(900)));
     }
 }

@@ -1,7 +1,9 @@
 //! The admission gate: slots, FIFO waiters, hand-off and close. The one admission
 //! primitive under the pool and the tower layer ([`wait`] is a caller's place in its line,
 //! [`limit`] the gate with its accounting, [`permit`] the owned permit every holder holds
-//! and the one future every waiter polls; a permit's `Drop` is the only release).
+//! and the one future every waiter polls; a permit's `Drop` is the only release; [`tally`]
+//! the refusals and `Retry-After` basis every admission object keeps the same way). A
+//! keyed gate gives each key a [`Gate`] of its own, with one tally for all its keys.
 //!
 //! One atomic word holds the number of slots in use, the number of queued waiters and a
 //! closed bit, so that "is a slot free *and* nobody is waiting" is decided by a single
@@ -29,6 +31,7 @@ use std::task::Waker;
 
 pub(crate) mod limit;
 pub(crate) mod permit;
+pub(crate) mod tally;
 pub(crate) mod wait;
 
 use crate::waker_slot::{Taken, Visit, WakerSlot, register};

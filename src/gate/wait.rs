@@ -72,12 +72,37 @@ impl SlotWait {
     /// code): if that panics, the caller is still queued and its `Drop` must
     /// [`cancel`](SlotWait::cancel).
     pub(crate) fn poll(&mut self, gate: &Gate, waker: &Waker) -> Poll<Ended> {
+        std::task::ready!(self.register(waker));
+        Poll::Ready(self.settle(gate))
+    }
+
+    /// The first half of [`poll`](SlotWait::poll), for a gate the caller reaches only
+    /// under a lock of its own (a keyed gate's key table): registers `waker` (cloned, user
+    /// code: call it outside every lock) and says whether the wait has ended, without
+    /// touching the gate. `Ready` means: [`settle`](SlotWait::settle) now.
+    pub(crate) fn register(&mut self, waker: &Waker) -> Poll<()> {
         let Some(waiter) = self.waiter.as_ref().filter(|_| !self.left) else {
             debug_assert!(false, "polled while not queued");
-            return Poll::Ready(Ended::Closed);
+            return Poll::Ready(());
         };
-        let ended = match waiter.poll_state(waker) {
-            WaitState::Waiting => return Poll::Pending,
+        match waiter.poll_state(waker) {
+            WaitState::Waiting => Poll::Pending,
+            WaitState::Granted | WaitState::Closed => Poll::Ready(()),
+        }
+    }
+
+    /// The second half of [`poll`](SlotWait::poll), once [`register`](SlotWait::register)
+    /// saw the wait end: claims a granted slot. Runs no user code.
+    pub(crate) fn settle(&mut self, gate: &Gate) -> Ended {
+        let Some(waiter) = self.waiter.as_ref().filter(|_| !self.left) else {
+            return Ended::Closed;
+        };
+        let ended = match waiter.state() {
+            // Not ended after all (cannot happen after `register` said so): still queued.
+            WaitState::Waiting => {
+                debug_assert!(false, "settled while waiting");
+                return Ended::Closed;
+            }
             // The slot is ours once claimed; a gate that closed first took it back.
             WaitState::Granted if !gate.claim(waiter) => Ended::Closed,
             // Closing fails waiters; one that claimed its slot just before holds it.
@@ -88,7 +113,7 @@ impl SlotWait {
         // The waiter (and a waker stored by a poll that raced the grant) stays until this
         // `SlotWait` is dropped: the caller settles its accounting first.
         self.left = true;
-        Poll::Ready(ended)
+        ended
     }
 
     /// Leaves the queue (the caller gives up). Returns `true` if a slot was granted

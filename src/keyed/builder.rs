@@ -7,6 +7,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::KeyedGate;
+use crate::gate::MAX_CAPACITY;
 
 /// Configures a [`KeyedGate`]; made by [`KeyedGate::builder`].
 ///
@@ -27,7 +28,7 @@ pub struct KeyedGateBuilder<K> {
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
-    /// Slots per key (default 1).
+    /// Slots per key (default 1, at most 65 536).
     ///
     /// # Examples
     ///
@@ -78,7 +79,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// # Errors
     ///
     /// [`io::ErrorKind::InvalidInput`] if the name is empty or has a NUL byte, a capacity
-    /// is zero, or the window is zero or too large (the same style as
+    /// is zero or above 65 536 (a key's gate is the crate's admission gate), or the window is zero or too large (the same style as
     /// [`PoolBuilder::build`](crate::pool::PoolBuilder::build)).
     ///
     /// # Examples
@@ -91,8 +92,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGateBuilder<K> {
     /// ```
     pub fn build(self) -> io::Result<KeyedGate<K>> {
         crate::name::check(super::NAME_KIND, &self.name)?;
-        if self.capacity == 0 || self.overrides.values().any(|&slots| slots == 0) {
+        let slots = || std::iter::once(self.capacity).chain(self.overrides.values().copied());
+        if slots().any(|slots| slots == 0) {
             let message = "key capacity must be at least one";
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
+        }
+        if let Some(slots) = slots().find(|&slots| slots > MAX_CAPACITY) {
+            let message = format!("key capacity must be at most {MAX_CAPACITY}, not {slots}");
             return Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         }
         let proto = super::KeyDemand::new(self.window, Instant::now())?;

@@ -1,12 +1,30 @@
 //! Exhaustive interleavings of the keyed hand-off, under loom: a permit's release (the
-//! grant to the oldest waiter), a waiter's poll, its cancel (the `Acquire` dropped) and the
-//! sweep of idle keys, racing.
+//! grant to the oldest waiter, by the key's gate, outside the table lock), a waiter's poll,
+//! its cancel (the `Acquire` dropped), a newcomer's `try_acquire` and the sweep of idle
+//! keys, racing. The key's gate is the crate's gate (its word, its queue, its waiters'
+//! waker slots are loom's here too), reached under the key table's lock.
 //!
 //! What every model checks: a released slot goes to the oldest waiter or back to the key;
 //! a waiter granted the slot just as it is cancelled passes it on; a waiter that saw
-//! `Pending` is woken when it is granted; the sweep never removes a key someone holds or
-//! waits for; at the end nothing is held, nothing waits, and the key admits again. Never a
-//! slot lost (the key would stay busy), never doubled (two permits at once).
+//! `Pending` is woken when it is granted; a newcomer never takes a slot past a waiter; the
+//! sweep never removes a key someone holds or waits for; at the end nothing is held,
+//! nothing waits, no demand is left over, and the key admits again. Never a slot lost (the
+//! key would stay busy), never doubled (two permits at once).
+//!
+//! Seeded bugs they catch (each applied by hand, watched failing, restored):
+//! - `Acquire`'s `Drop` not passing on a slot granted to it meanwhile (the `release` after a
+//!   `cancel` that returns `true` left out): `cancel_races_release_and_passes_the_slot_on`,
+//!   `cancel_races_release_and_returns_the_slot` and `sweep_races_release_and_cancel` fail
+//!   (a slot still held at the end, or the younger waiter never granted).
+//! - the first poll queuing without registering the task's waker (returning `Pending` right
+//!   after the gate's `start`): four models fail ("a granted waiter was not woken").
+//! - the sweep judging a key by the age of its demand alone (`removable_at` without the
+//!   gate's counts, and `is_idle_at` without the level): `sweep_races_release_and_poll`
+//!   fails (the held key removed under its holder). Either guard alone suffices: with only
+//!   one of them left out, every model passes, rightly.
+//! - `Acquire`'s `Drop` leaving the gate's line without leaving the demand: every cancel
+//!   model fails ("demand left over").
+//! - `publish_metrics` without `OnePublisher`: see the last model.
 
 use super::*;
 use crate::loom_util::{Flag, flag};
@@ -14,7 +32,7 @@ use loom::thread;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 const KEY: u32 = 1;
@@ -52,9 +70,10 @@ fn granted(acquire: &mut Acquire<u32>, woken: &Flag, waker: &Waker) -> KeyPermit
     }
 }
 
-/// Nothing held, nothing waiting, and the key admits again.
+/// Nothing held, nothing waiting, no demand left over, and the key admits again.
 fn check_quiet(gate: &KeyedGate<u32>) {
     assert_eq!((gate.in_use(&KEY), gate.waiting(&KEY)), (0, 0));
+    assert_eq!(gate.demand_level(&KEY), 0, "demand left over");
     let again = gate.try_acquire(KEY).expect("the key admits again");
     assert_eq!(gate.in_use(&KEY), 1);
     drop(again);
@@ -129,6 +148,25 @@ fn cancel_races_release_and_returns_the_slot() {
         let releaser = spawn_release(permit);
         drop(only);
         releaser.join().unwrap();
+        check_quiet(&gate);
+    });
+}
+
+/// A newcomer's `try_acquire` races the release to the one waiter: whatever the order, the
+/// slot is the waiter's (a key with a waiter is busy), and the refusal is counted once.
+#[test]
+fn try_acquire_never_overtakes_a_waiter() {
+    loom::model(|| {
+        let (gate, permit) = held();
+        let (mut waiter, woken, waker) = queued(&gate);
+        let newcomer = {
+            let gate = gate.clone();
+            thread::spawn(move || gate.try_acquire(KEY).is_ok())
+        };
+        drop(permit);
+        assert!(!newcomer.join().unwrap(), "a newcomer overtook a waiter");
+        assert_eq!(gate.rejected(), 1);
+        drop(granted(&mut waiter, &woken, &waker));
         check_quiet(&gate);
     });
 }

@@ -2,6 +2,12 @@
 //! so that a busy key turns callers away, or queues them, without touching
 //! any other key.
 //!
+//! Each key's gate is the crate's one admission primitive (the gate under the pool and the
+//! tower layer: its FIFO line, its hand-off to the oldest waiter, its waiters' wakers), and
+//! the keyed gate keeps one accounting for all its keys, as a pool's limit does for its
+//! slots: the refusals (counted at once, emitted in batches) and the `Retry-After` basis
+//! (the mean time a key is held), plus each key's demand.
+//!
 //! - [`KeyedGate::try_acquire`] is the reject-when-busy path. The decision is
 //!   taken under one lock, so two simultaneous callers can never both see an
 //!   idle key. A key with queued waiters counts as busy (waiters are not
@@ -41,35 +47,45 @@
 //!
 //! The gate emits through the `metrics` facade (and, with the `prometheus-client`
 //! feature, `loopguard::telemetry::Collector::keyed` encodes the same series):
-//! `loopguard_keyed_rejected_total` (counter, `gate` label) on each rejection, and
-//! `loopguard_keyed_demand_avg` (gauge, `gate` and `key` labels), which is updated on
-//! read: call [`KeyedGate::publish_metrics`] before each scrape. The counter
-//! handle is obtained once, when the gate is built, so install the recorder
-//! before building gates.
+//! `loopguard_keyed_rejected_total` (counter, `gate` label), the rejections;
+//! `loopguard_keyed_expired_total` (counter, `gate` label), the requests of a keyed tower
+//! layer whose deadline passed before their key admitted them (on arrival or in line);
+//! and `loopguard_keyed_demand_avg` (gauge, `gate` and `key` labels), which is updated on
+//! read: call [`KeyedGate::publish_metrics`] before each scrape. As a pool's refusals, the
+//! counters are counted at once (one atomic add) and told to the recorder in batches: when
+//! a permit of the gate is dropped, and by [`KeyedGate::publish_metrics`], so a scrape that
+//! publishes first sees them all; [`KeyedGate::rejected`] and [`KeyedGate::expired`] are
+//! always exact. The counter handles are obtained once, when the gate is built, so install
+//! the recorder before building gates.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 use std::mem;
 use std::sync::{Arc, PoisonError};
-use std::task::Waker;
 use std::time::Instant;
 
-// Under the crate's loom cfg (unit tests only) the key table's lock is loom's, so
-// `keyed/loom_model.rs` explores every interleaving of release, grant, cancel and sweep;
-// normal builds never see loom.
+// Under the crate's loom cfg (unit tests only) the key table's lock is loom's (and so are
+// the keys' gates' own), so `keyed/loom_model.rs` explores every interleaving of release,
+// grant, cancel and sweep; normal builds never see loom.
 use crate::sync::{Mutex, MutexGuard, lock};
 
-use crate::contain::{contain, wake};
+use crate::contain::contain;
 use crate::demand::{DEFAULT_WINDOW, DemandCore, KEY_SLOTS};
 use crate::emit::publisher::OnePublisher;
-use crate::emit::{self, Counted, KEYED_DEMAND_AVG, KEYED_REJECTED_TOTAL, LABEL_GATE, LABEL_KEY};
+use crate::emit::{
+    self, Counted, KEYED_DEMAND_AVG, KEYED_EXPIRED_TOTAL, KEYED_REJECTED_TOTAL, LABEL_GATE,
+    LABEL_KEY,
+};
+use crate::gate::Gate;
+use crate::gate::tally::Tally;
 
 mod builder;
 mod permit;
 
 /// A key's demand history: 16 buckets over the gate's window (a pool's has 64). Every
-/// live key carries one inline in its table entry (656 bytes in all, against 2 KiB of
+/// live key carries one inline in its table entry (608 bytes in all on x86-64 Linux, plus
+/// the key's gate, a 96-byte allocation; against 2 KiB of
 /// history alone with 64 buckets): a million live keys take about 1.4 GB with the table's
 /// slack (3.6 GB before). The price is precision: see the [module docs](self).
 pub(crate) type KeyDemand = DemandCore<KEY_SLOTS>;
@@ -79,7 +95,6 @@ pub(crate) type KeyDemand = DemandCore<KEY_SLOTS>;
 pub(crate) type Shown = Arc<[(String, f64)]>;
 
 pub use builder::KeyedGateBuilder;
-use permit::AcquireState;
 pub use permit::{Acquire, Busy, KeyPermit};
 
 /// Per-key admission with reject-when-busy and FIFO waiting; see the
@@ -113,8 +128,13 @@ struct Keys<K> {
     /// An empty demand history with the gate's window; cloned per key.
     proto: KeyDemand,
     created: Instant,
-    /// `try_acquire` calls refused, mirrored into `loopguard_keyed_rejected_total`.
-    rejected: Counted,
+    /// The one accounting of every key: `try_acquire` refusals (counted at once, mirrored
+    /// into `loopguard_keyed_rejected_total` in batches) and the `Retry-After` basis (how
+    /// long a key's permit was held, sampled by its `Drop`).
+    tally: Tally,
+    /// Requests whose deadline passed before their key admitted them, mirrored into
+    /// `loopguard_keyed_expired_total` in batches.
+    expired: Counted,
     state: Mutex<KeyTable<K>>,
     /// What the last `publish_metrics` set, keys displayed: what a registry that reads
     /// (the prometheus-client collector) encodes, with no key code and no table lock.
@@ -127,49 +147,32 @@ struct Keys<K> {
 
 struct KeyTable<K> {
     entries: HashMap<K, Entry>,
-    next_id: u64,
     next_sweep: Option<Instant>,
     /// Removed keys whose published gauge was not zero.
     unpublish: Vec<K>,
 }
 
+/// A live key: its gate (the crate's FIFO admission gate, shared with the key's permits and
+/// waiters so that a release and a wait touch it outside the table lock) and its demand.
 struct Entry {
-    capacity: usize,
-    /// Holders, including granted waiters that have not been polled yet.
-    in_use: usize,
-    /// The first `granted` waiters have been handed a slot.
-    granted: usize,
-    waiters: VecDeque<KeyWaiter>,
+    gate: Arc<Gate>,
+    /// Changed under the table lock only, always before the gate is: a key whose demand
+    /// is not idle yet, or whose gate is held or waited for, is never swept.
     demand: KeyDemand,
     published: f64,
 }
 
-struct KeyWaiter {
-    id: u64,
-    waker: Waker,
-}
-
 impl Entry {
-    fn admits_now(&self) -> bool {
-        self.waiters.len() == self.granted && self.in_use < self.capacity
-    }
-
-    /// Frees one slot: to the oldest waiter (whose waker is returned), or back to the key.
-    fn release_slot(&mut self) -> Option<Waker> {
-        match self.waiters.get_mut(self.granted) {
-            Some(waiter) => {
-                self.granted += 1;
-                Some(mem::replace(&mut waiter.waker, Waker::noop().clone()))
-            }
-            None => {
-                self.in_use = self.in_use.saturating_sub(1);
-                None
-            }
-        }
+    /// Takes a free slot if nobody waits (the gate's lock-free `try_acquire`), counting it
+    /// as demand at `now`. Allocates nothing either way.
+    fn admit(&mut self, now: Instant) -> Option<Arc<Gate>> {
+        self.gate.try_acquire().ok()?;
+        self.demand.add_at(now, 1);
+        Some(Arc::clone(&self.gate))
     }
 
     fn removable_at(&self, now: Instant) -> bool {
-        self.in_use == 0 && self.waiters.is_empty() && self.demand.is_idle_at(now)
+        self.gate.in_use() == 0 && self.gate.waiting() == 0 && self.demand.is_idle_at(now)
     }
 }
 
@@ -178,46 +181,40 @@ impl<K: Hash + Eq> Keys<K> {
         lock(&self.state)
     }
 
-    fn release(&self, key: &K) {
-        let waker = {
+    /// A holder or a waiter of `key` leaves the demand at `now`. Called before the key's
+    /// gate gives the slot back or forgets the waiter, so the key cannot be swept between.
+    fn leave(&self, key: &K, now: Instant) {
+        // The key's `Hash` and `Eq` are user code: a panic there is contained and leaves at
+        // most a phantom unit of demand (the key stays tracked a while), never a slot held
+        // or a line stranded, since the gate's step comes after this.
+        contain("a key's Hash or Eq", || {
             let mut state = self.lock();
-            let now = Instant::now();
-            state.entries.get_mut(key).and_then(|entry| {
+            if let Some(entry) = state.entries.get_mut(key) {
                 entry.demand.add_at(now, -1);
-                entry.release_slot()
-            })
-        };
-        if let Some(waker) = waker {
-            wake(waker);
-        }
+            }
+        });
     }
 
-    /// Removes the waiter `id` of `key`; a slot already handed to it moves on.
-    fn cancel(&self, key: &K, id: u64) {
-        let (removed, waker) = {
-            let mut state = self.lock();
-            let now = Instant::now();
-            let Some(entry) = state.entries.get_mut(key) else {
-                return;
-            };
-            let Some(index) = entry.waiters.iter().position(|w| w.id == id) else {
-                return;
-            };
-            // Kept until the lock is released: its waker's `Drop` is user code.
-            let removed = entry.waiters.remove(index);
-            entry.demand.add_at(now, -1);
-            let waker = if index < entry.granted {
-                entry.granted -= 1;
-                entry.release_slot()
-            } else {
-                None
-            };
-            (removed, waker)
-        };
-        contain("a Waker", || drop(removed));
-        if let Some(waker) = waker {
-            wake(waker);
+    /// The one release, from [`KeyPermit`]'s `Drop`: off the demand, the hold into the
+    /// `Retry-After` basis, then the slot back to the key's gate (to its oldest waiter
+    /// first, whose waker runs there, outside every lock), then the refusals counted so far
+    /// to the recorder.
+    fn release(&self, key: &K, gate: &Gate, granted: Option<Instant>) {
+        let now = Instant::now();
+        self.leave(key, now);
+        if let Some(granted) = granted {
+            self.tally
+                .sample_hold(now.saturating_duration_since(granted));
         }
+        gate.release();
+        self.flush_counts();
+    }
+
+    /// Tells the recorder of the refusals and expiries counted since the last flush (user
+    /// code: outside every lock).
+    fn flush_counts(&self) {
+        self.tally.flush_rejected();
+        self.expired.flush();
     }
 }
 
@@ -227,11 +224,9 @@ impl<K: Hash + Eq + Clone> Keys<K> {
         let start = now
             .checked_sub(self.proto.window())
             .map_or(self.created, |s| s.max(self.created));
+        let capacity = self.overrides.get(key).copied().unwrap_or(self.capacity);
         Entry {
-            capacity: self.overrides.get(key).copied().unwrap_or(self.capacity),
-            in_use: 0,
-            granted: 0,
-            waiters: VecDeque::new(),
+            gate: Arc::new(Gate::new(capacity)),
             demand: self.proto.fresh(start),
             published: 0.0,
         }
@@ -341,10 +336,13 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         proto: KeyDemand,
     ) -> Self {
         let name: Arc<str> = Arc::from(name);
-        let rejected = Counted::new(emit::register(
-            || metrics::counter!(KEYED_REJECTED_TOTAL, LABEL_GATE => Arc::clone(&name)),
-            metrics::Counter::noop,
-        ));
+        let counter = |metric: &'static str| {
+            Counted::new(emit::register(
+                || metrics::counter!(metric, LABEL_GATE => Arc::clone(&name)),
+                metrics::Counter::noop,
+            ))
+        };
+        let (rejected, expired) = (counter(KEYED_REJECTED_TOTAL), counter(KEYED_EXPIRED_TOTAL));
         let created = Instant::now();
         Self {
             inner: Arc::new(Keys {
@@ -353,10 +351,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
                 overrides,
                 proto,
                 created,
-                rejected,
+                tally: Tally::new(rejected),
+                expired,
                 state: Mutex::new(KeyTable {
                     entries: HashMap::new(),
-                    next_id: 0,
                     next_sweep: created.checked_add(proto.window()),
                     unpublish: Vec::new(),
                 }),
@@ -407,9 +405,28 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     pub fn try_acquire(&self, key: K) -> Result<KeyPermit<K>, Busy<K>> {
         let taken = self.try_acquire_uncounted(key);
         if taken.is_err() {
-            self.inner.rejected.bump();
+            self.count_rejected();
         }
         taken
+    }
+
+    /// Counts a refusal (one atomic add; the recorder hears of it in a batch).
+    pub(crate) fn count_rejected(&self) {
+        self.inner.tally.count_rejected();
+    }
+
+    /// Counts a request whose deadline passed before its key admitted it (one atomic add;
+    /// the recorder hears of it in a batch).
+    #[cfg(feature = "tower")]
+    pub(crate) fn count_expired(&self) {
+        self.inner.expired.count();
+    }
+
+    /// The hint a refused caller gets: the mean time a permit of this gate was held (any
+    /// key), at least 1 ms; 1 s before the first permit came back.
+    #[cfg(feature = "tower")]
+    pub(crate) fn retry_after(&self) -> std::time::Duration {
+        self.inner.tally.retry_after()
     }
 
     /// [`try_acquire`](Self::try_acquire) without counting a refusal: for a caller that
@@ -418,26 +435,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         let inner = &*self.inner;
         let mut state = inner.lock();
         let now = Instant::now();
-        match state.entries.get_mut(&key) {
-            Some(entry) if !entry.admits_now() => {
-                drop(state);
-                return Err(Busy { key });
-            }
-            Some(entry) => {
-                entry.in_use += 1;
-                entry.demand.add_at(now, 1);
-            }
-            None => {
-                let entry = inner.ensure_entry(&mut state, &key, now);
-                entry.in_use += 1;
-                entry.demand.add_at(now, 1);
-            }
-        }
+        // Decided under the table lock, by the key's gate: one compare-and-exchange on its
+        // word, which fails while every slot is taken or anyone waits.
+        let admitted = match state.entries.get_mut(&key) {
+            Some(entry) => entry.admit(now),
+            None => inner.ensure_entry(&mut state, &key, now).admit(now),
+        };
         drop(state);
-        Ok(KeyPermit {
-            gate: self.clone(),
-            key,
-        })
+        match admitted {
+            Some(slot) => Ok(KeyPermit::new(self.clone(), key, slot, now)),
+            None => Err(Busy { key }),
+        }
     }
 
     /// Waits for a slot of `key`, first come first served among its waiters.
@@ -464,11 +472,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # }).unwrap();
     /// ```
     pub fn acquire(&self, key: K) -> Acquire<K> {
-        Acquire {
-            gate: self.clone(),
-            key: Some(key),
-            state: AcquireState::Start,
-        }
+        Acquire::new(self.clone(), key)
     }
 
     /// The key's time-weighted demand over the window ending now (0 for an
@@ -547,7 +551,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
             .lock()
             .entries
             .get(key)
-            .map_or(0, |entry| entry.in_use)
+            .map_or(0, |entry| entry.gate.in_use())
+    }
+
+    /// Holders and waiters of `key` counted as demand now (the models check none is left
+    /// over).
+    #[cfg(all(test, loopguard_loom))]
+    pub(crate) fn demand_level(&self, key: &K) -> usize {
+        let state = self.inner.lock();
+        state
+            .entries
+            .get(key)
+            .map_or(0, |entry| entry.demand.level())
     }
 
     /// Callers of [`acquire`](Self::acquire) queued for `key`.
@@ -571,7 +586,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         state
             .entries
             .get(key)
-            .map_or(0, |entry| entry.waiters.len() - entry.granted)
+            .map_or(0, |entry| entry.gate.waiting())
     }
 
     /// How many [`try_acquire`](Self::try_acquire) calls were rejected.
@@ -586,7 +601,23 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn rejected(&self) -> u64 {
-        self.inner.rejected.get()
+        self.inner.tally.rejected()
+    }
+
+    /// How many requests of a keyed tower layer
+    /// ([`AdmissionLayer::keyed`](crate::tower::AdmissionLayer::keyed)) waiting for a key
+    /// were refused because their deadline passed first: spent on arrival, or while in line
+    /// (`loopguard_keyed_expired_total`). 0 without the `tower` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let gate = loopguard::keyed::KeyedGate::<u8>::new("repos")?;
+    /// assert_eq!(gate.expired(), 0);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn expired(&self) -> u64 {
+        self.inner.expired.get()
     }
 
     /// How many keys have an entry (held, waited for, or with recent demand).
@@ -698,6 +729,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
             removed.retain(|key| !state.entries.contains_key(key));
             (values, removed)
         };
+        self.inner.flush_counts();
         let zeros = removed.into_iter().map(|key| (key, 0.0));
         #[cfg(feature = "prometheus-client")]
         let mut shown = Vec::new();
@@ -744,8 +776,26 @@ impl<K> fmt::Debug for KeyedGate<K> {
             .field("capacity", &self.inner.capacity)
             .field("window", &self.inner.proto.window())
             .field("tracked_keys", &keys)
-            .field("rejected", &self.inner.rejected.get())
+            .field("rejected", &self.inner.tally.rejected())
+            .field("expired", &self.inner.expired.get())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loopguard_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_key_costs_no_more_than_before_it_had_a_gate_of_its_own() {
+        // The entry inline in the table (656 bytes before each key had its own gate), and
+        // the gate's allocation beside it.
+        assert!(
+            mem::size_of::<Entry>() <= 656,
+            "{}",
+            mem::size_of::<Entry>()
+        );
+        assert!(mem::size_of::<Gate>() <= 96, "{}", mem::size_of::<Gate>());
     }
 }
 

@@ -1,16 +1,19 @@
 //! What a caller of a [`KeyedGate`] holds or waits on: [`KeyPermit`], [`Acquire`], and the
-//! [`Busy`] rejection.
+//! [`Busy`] rejection. A key's line is its gate's ([`SlotWait`], the line a pool's `Run`
+//! waits in): FIFO, a released slot handed to the oldest waiter, wakers stored and dropped
+//! by the gate's rules.
 
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
-use std::mem;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::{KeyWaiter, KeyedGate};
-use crate::contain::drop_contained;
+use super::KeyedGate;
+use crate::gate::Gate;
+use crate::gate::wait::{Ended, SlotWait, Started};
 
 /// The key was busy: returned by [`KeyedGate::try_acquire`], with the key.
 ///
@@ -87,11 +90,33 @@ impl<K> std::error::Error for Busy<K> {}
 /// ```
 #[must_use = "the key is freed as soon as the permit is dropped"]
 pub struct KeyPermit<K: Hash + Eq> {
-    pub(super) gate: KeyedGate<K>,
-    pub(super) key: K,
+    gate: KeyedGate<K>,
+    key: K,
+    /// The key's gate, whose slot this is.
+    slot: Arc<Gate>,
+    /// When the slot was granted: the hold sampled into the `Retry-After` basis (`None`
+    /// once [discarded](KeyPermit::discard)).
+    granted: Option<Instant>,
 }
 
 impl<K: Hash + Eq> KeyPermit<K> {
+    /// The permit of a slot of `key` just taken from `slot` (and counted as demand).
+    pub(super) fn new(gate: KeyedGate<K>, key: K, slot: Arc<Gate>, granted: Instant) -> Self {
+        KeyPermit {
+            gate,
+            key,
+            slot,
+            granted: Some(granted),
+        }
+    }
+
+    /// Gives the slot back without sampling its hold: a request refused after its grant
+    /// (its deadline passed first) is no sample of the `Retry-After` basis.
+    #[cfg(any(feature = "tower", test))]
+    pub(crate) fn discard(mut self) {
+        self.granted = None;
+    }
+
     /// The key this permit holds.
     ///
     /// # Examples
@@ -107,8 +132,10 @@ impl<K: Hash + Eq> KeyPermit<K> {
 }
 
 impl<K: Hash + Eq> Drop for KeyPermit<K> {
+    /// The one release: off the key's demand, the hold into the `Retry-After` basis, the
+    /// slot back to the key's gate (to its oldest waiter first).
     fn drop(&mut self) {
-        self.gate.inner.release(&self.key);
+        self.gate.inner.release(&self.key, &self.slot, self.granted);
     }
 }
 
@@ -144,100 +171,118 @@ impl<K: Hash + Eq> fmt::Debug for KeyPermit<K> {
 /// ```
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<K: Hash + Eq> {
-    pub(super) gate: KeyedGate<K>,
-    pub(super) key: Option<K>,
-    pub(super) state: AcquireState,
+    gate: KeyedGate<K>,
+    /// `None` once the permit was returned.
+    key: Option<K>,
+    /// The key's gate while in line.
+    slot: Option<Arc<Gate>>,
+    wait: SlotWait,
+    state: AcquireState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum AcquireState {
+enum AcquireState {
+    /// Not polled yet: nothing asked for, nothing counted.
     Start,
-    Waiting(u64),
+    /// In the key's line, counted as demand.
+    Waiting,
+    /// Returned its permit.
     Done,
 }
 
 // No field is structurally pinned.
 impl<K: Hash + Eq> Unpin for Acquire<K> {}
 
+impl<K: Hash + Eq> Acquire<K> {
+    pub(super) fn new(gate: KeyedGate<K>, key: K) -> Self {
+        Acquire {
+            gate,
+            key: Some(key),
+            slot: None,
+            wait: SlotWait::new(),
+            state: AcquireState::Start,
+        }
+    }
+}
+
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Acquire<K> {
-    /// Tries to take or wait for the slot under the lock; true once admitted.
-    ///
-    /// The task's waker is cloned before the lock (the clone is user code: a panic in it
-    /// changes nothing), and a stored waker it replaces, or one left over, is dropped after
-    /// the lock is released and the accounting is done, its `Drop` contained: a waker whose
-    /// `Drop` panics or calls back into the gate neither deadlocks it nor leaks a slot.
-    fn poll_admission(&mut self, cx: &mut Context<'_>) -> bool {
+    /// The first poll: under the table lock, the key's entry, the demand, and the key's
+    /// gate's start (a free slot if nobody waits, or a place at the end of its line). Runs
+    /// no user code but the key's `Hash`, `Eq` and `Clone`.
+    fn start(&mut self) -> Option<KeyPermit<K>> {
         let Some(key) = self.key.as_ref() else {
             panic!("`Acquire` polled after it completed");
         };
         let inner = &*self.gate.inner;
-        let mut fresh = Some(cx.waker().clone());
-        let mut stale: Option<Waker> = None;
-        let admitted = 'locked: {
+        let (slot, started, now) = {
             let mut state = inner.lock();
             let now = Instant::now();
-            if let AcquireState::Waiting(id) = self.state {
-                let entry = state.entries.get_mut(key);
-                let found =
-                    entry.and_then(|e| e.waiters.iter().position(|w| w.id == id).map(|i| (e, i)));
-                if let Some((entry, index)) = found {
-                    if index < entry.granted {
-                        stale = entry.waiters.remove(index).map(|w| w.waker);
-                        entry.granted -= 1;
-                        break 'locked true;
-                    }
-                    let waiter = &mut entry.waiters[index];
-                    if !waiter.waker.will_wake(cx.waker()) {
-                        if let Some(waker) = fresh.take() {
-                            stale = Some(mem::replace(&mut waiter.waker, waker));
-                        }
-                    }
-                    break 'locked false;
-                }
-                // Not queued (cannot happen while waiting): start over rather than hang.
-                self.state = AcquireState::Start;
-            }
-            let id = state.next_id;
-            state.next_id = id.wrapping_add(1);
             let entry = inner.ensure_entry(&mut state, key, now);
-            entry.demand.add_at(now, 1);
-            if entry.admits_now() {
-                entry.in_use += 1;
-                break 'locked true;
+            let started = self.wait.start(&entry.gate);
+            if started != Started::Closed {
+                entry.demand.add_at(now, 1);
             }
-            let waker = fresh.take().unwrap_or_else(|| cx.waker().clone());
-            entry.waiters.push_back(KeyWaiter { id, waker });
-            self.state = AcquireState::Waiting(id);
-            false
+            (Arc::clone(&entry.gate), started, now)
         };
-        drop_contained("a Waker", (stale, fresh));
-        admitted
+        match started {
+            Started::Acquired => Some(self.granted(slot, now)),
+            Started::Queued => {
+                self.slot = Some(slot);
+                self.state = AcquireState::Waiting;
+                None
+            }
+            Started::Closed => unreachable!("a key's gate is never closed"),
+        }
+    }
+
+    /// The permit of a slot granted to this caller (already counted as demand).
+    fn granted(&mut self, slot: Arc<Gate>, now: Instant) -> KeyPermit<K> {
+        self.state = AcquireState::Done;
+        let key = self.key.take().expect("granted once");
+        KeyPermit::new(self.gate.clone(), key, slot, now)
     }
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Future for Acquire<K> {
     type Output = KeyPermit<K>;
 
+    /// Takes or joins the key's line on the first poll; then registers the task's waker
+    /// (cloned outside every lock: a panic in the clone changes nothing, and `Drop` still
+    /// leaves the line) and takes the slot once it was handed over.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if !this.poll_admission(cx) {
-            return Poll::Pending;
+        if this.state == AcquireState::Start {
+            if let Some(permit) = this.start() {
+                return Poll::Ready(permit);
+            }
         }
-        this.state = AcquireState::Done;
-        match this.key.take() {
-            Some(key) => Poll::Ready(KeyPermit {
-                gate: this.gate.clone(),
-                key,
-            }),
-            None => Poll::Pending,
+        if this.state == AcquireState::Done {
+            panic!("`Acquire` polled after it completed");
+        }
+        std::task::ready!(this.wait.register(cx.waker()));
+        let slot = this.slot.take().expect("queued on its key's gate");
+        match this.wait.settle(&slot) {
+            Ended::Granted => Poll::Ready(this.granted(slot, Instant::now())),
+            Ended::Closed | Ended::ClosedHolding => unreachable!("a key's gate is never closed"),
         }
     }
 }
 
 impl<K: Hash + Eq> Drop for Acquire<K> {
+    /// Leaves the line: off the demand first (the key cannot be swept while its line holds
+    /// this caller), then out of the key's gate; a slot handed over meanwhile goes on to the
+    /// next in line, or back to the key. The waker the line stored goes with `wait`, after
+    /// this, contained.
     fn drop(&mut self) {
-        if let (AcquireState::Waiting(id), Some(key)) = (self.state, &self.key) {
-            self.gate.inner.cancel(key, id);
+        if self.state != AcquireState::Waiting {
+            return;
+        }
+        let (Some(key), Some(slot)) = (&self.key, &self.slot) else {
+            return;
+        };
+        self.gate.inner.leave(key, Instant::now());
+        if self.wait.cancel(slot) {
+            slot.release();
         }
     }
 }

@@ -85,7 +85,7 @@ impl Admit for Limited {
     type Ticket = ();
     type Wait = Acquire;
 
-    fn try_admit<B>(&self, request: Request<B>, _will_wait: bool) -> AdmitOutcome<Self, B> {
+    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
         // Not counted here: the service counts a refusal when it answers one (a request
         // that goes on to wait in line is not refused yet).
         match self.limit.try_acquire(false) {
@@ -102,6 +102,11 @@ impl Admit for Limited {
     }
 
     fn reject(&self) {
+        self.limit.count_rejected();
+    }
+
+    /// A limit has one refusal count: a request whose deadline passed first is a refusal.
+    fn expire(&self) {
         self.limit.count_rejected();
     }
 

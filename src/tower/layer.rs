@@ -328,7 +328,11 @@ impl<M: Mode> AdmissionLayer<M> {
         self
     }
 
-    /// Requests refused so far (at once, or when their deadline passed in line).
+    /// Requests refused so far (at once, or when their deadline passed first): the gate's
+    /// own count, so every layer on the same limit or keyed gate reads the same. On a
+    /// pool's slots, the pool's refusals; on a keyed gate, its
+    /// [`rejected`](crate::keyed::KeyedGate::rejected) plus its
+    /// [`expired`](crate::keyed::KeyedGate::expired).
     ///
     /// # Examples
     ///
@@ -343,7 +347,8 @@ impl<M: Mode> AdmissionLayer<M> {
     /// The `Retry-After` a refusal carries now (at least 1 ms, 1 s before any sample), sent
     /// rounded up to whole seconds: on a limit of the layer's own, the average time admitted
     /// requests held their slot; on a pool's ([`for_pool`](AdmissionLayer::for_pool)), the
-    /// pool's mean job time; on a keyed gate, the average time a key was held.
+    /// pool's mean job time; on a keyed gate, the gate's: the average time a permit of it
+    /// was held (any key, whoever held it).
     ///
     /// # Examples
     ///

@@ -26,6 +26,9 @@
 //!   under it.
 //! - **Per key** ([`AdmissionLayer::keyed`]): a [`KeyedGate`](crate::keyed::KeyedGate)
 //!   slot for a key taken from each request; a busy key is refused, others are unaffected.
+//!   The gate counts what the layer refuses (`loopguard_keyed_rejected_total` at once,
+//!   `loopguard_keyed_expired_total` when a waiting request's deadline passed first) and
+//!   keeps the `Retry-After` basis: the layer keeps no counts of its own.
 //! - **Deadlines from the request's headers** ([`AdmissionLayer::deadline_from_headers`]):
 //!   the earliest of `X-Prometheus-Scrape-Timeout-Seconds`, `x-envoy-expected-rq-timeout-ms`
 //!   and `grpc-timeout` (see [`header`](crate::header)) less an offset (at most half of

@@ -8,15 +8,12 @@ use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Request;
 use http::request::Parts;
 
-use crate::gate::limit::Average;
 use crate::keyed::{Acquire, KeyPermit, KeyedGate};
 
 /// The sealed side of [`Mode`]: what the service asks of a mode. Not nameable outside the
@@ -34,25 +31,30 @@ pub mod sealed {
         type Wait: Future<Output = Option<Self::Permit>> + Send + Unpin + 'static;
 
         /// A slot now, or the ticket to wait with; the request comes back either way.
-        /// Never waits, never allocates a refusal. `will_wait`: the request waits in line
-        /// if no slot is free, so a busy gate is not a refusal (and not counted as one).
-        fn try_admit<B>(&self, request: Request<B>, will_wait: bool) -> AdmitOutcome<Self, B>;
+        /// Never waits, never allocates a refusal, counts nothing (a request that goes on
+        /// to wait in line is not refused; the service counts what it refuses).
+        fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B>;
         /// Starts waiting in line with `ticket` (nothing happens until it is polled).
         fn wait(&self, ticket: Self::Ticket) -> Self::Wait;
-        /// Counts a refused request.
+        /// Counts a request refused at once (no free slot, or no hope in time), in the
+        /// gate's own count.
         fn reject(&self);
-        /// Requests refused so far.
+        /// Counts a request refused because its deadline passed before it was admitted (on
+        /// arrival, in line, or while its service got ready), in the gate's own count: a
+        /// limit's refusals, a keyed gate's expiries.
+        fn expire(&self);
+        /// Requests refused so far, the gate's count: at once, or when their deadline
+        /// passed first.
         fn rejected(&self) -> u64;
-        /// The hint a refusal carries: the mean of the limit's `Retry-After` basis (a
-        /// request's hold, a pool's job time), or how long a key is held, on average.
+        /// The hint a refusal carries, the gate's own: the mean of the limit's
+        /// `Retry-After` basis (a request's hold, a pool's job time), or how long a key of
+        /// the keyed gate is held, on average.
         fn retry_after(&self) -> Duration;
         /// The [`Slot`](crate::tower::Slot) of an admitted request, holding `permit`.
         fn slot(&self, permit: Self::Permit) -> crate::tower::Slot;
         /// Gives back the `permit` of a request refused after its grant (its deadline
         /// passed before it was served): nothing it held counts as a hold.
-        fn discard(permit: Self::Permit) {
-            drop(permit);
-        }
+        fn discard(permit: Self::Permit);
         /// The line a request joining now would see, for an early refusal: waiters ahead,
         /// slots, mean hold; `None` when the mode has no estimate (no hold measured yet, or
         /// per key).
@@ -122,14 +124,6 @@ where
 pub struct Keyed<K, F> {
     gate: KeyedGate<K>,
     key: F,
-    stats: Arc<KeyedStats>,
-}
-
-/// The layer's own counters in keyed mode (the keyed gate keeps its per-key ones).
-#[derive(Debug, Default)]
-struct KeyedStats {
-    rejected: AtomicU64,
-    hold: Average,
 }
 
 impl<K, F: Clone> Clone for Keyed<K, F> {
@@ -137,18 +131,13 @@ impl<K, F: Clone> Clone for Keyed<K, F> {
         Keyed {
             gate: self.gate.clone(),
             key: self.key.clone(),
-            stats: Arc::clone(&self.stats),
         }
     }
 }
 
 impl<K, F> Keyed<K, F> {
     pub(crate) fn new(gate: KeyedGate<K>, key: F) -> Keyed<K, F> {
-        Keyed {
-            gate,
-            key,
-            stats: Arc::default(),
-        }
+        Keyed { gate, key }
     }
 
     pub(crate) fn gate(&self) -> &KeyedGate<K> {
@@ -164,45 +153,17 @@ impl<K, F> fmt::Debug for Keyed<K, F> {
     }
 }
 
-/// A held key, whose hold time feeds the layer's `Retry-After` basis.
-#[allow(unreachable_pub, missing_debug_implementations)]
-pub struct KeyedPermit<K: Hash + Eq> {
-    /// Gives the key back when dropped, after `Drop::drop` recorded the hold.
-    _permit: KeyPermit<K>,
-    stats: Arc<KeyedStats>,
-    admitted: Instant,
-}
-
-impl<K: Hash + Eq> Drop for KeyedPermit<K> {
-    fn drop(&mut self) {
-        // Recorded before the permit (a field) gives the key back.
-        self.stats.hold.add(self.admitted.elapsed());
-    }
-}
-
-fn keyed_permit<K: Hash + Eq>(permit: KeyPermit<K>, stats: &Arc<KeyedStats>) -> KeyedPermit<K> {
-    KeyedPermit {
-        _permit: permit,
-        stats: Arc::clone(stats),
-        admitted: Instant::now(),
-    }
-}
-
-/// A request waiting in line for its key.
+/// A request waiting in line for its key: the keyed gate's own wait.
 #[allow(unreachable_pub, missing_debug_implementations)]
 pub struct KeyedWait<K: Hash + Eq> {
     acquire: Acquire<K>,
-    stats: Arc<KeyedStats>,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> Future for KeyedWait<K> {
-    type Output = Option<KeyedPermit<K>>;
+    type Output = Option<KeyPermit<K>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = &mut *self;
-        Pin::new(&mut this.acquire)
-            .poll(cx)
-            .map(|permit| Some(keyed_permit(permit, &this.stats)))
+        Pin::new(&mut self.acquire).poll(cx).map(Some)
     }
 }
 
@@ -211,23 +172,18 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     F: Fn(&Parts) -> K + Clone + Send + Sync + 'static,
 {
-    type Permit = KeyedPermit<K>;
+    type Permit = KeyPermit<K>;
     type Ticket = K;
     type Wait = KeyedWait<K>;
 
-    fn try_admit<B>(&self, request: Request<B>, will_wait: bool) -> AdmitOutcome<Self, B> {
+    fn try_admit<B>(&self, request: Request<B>) -> AdmitOutcome<Self, B> {
         let (parts, body) = request.into_parts();
         let key = (self.key)(&parts);
         let request = Request::from_parts(parts, body);
-        // The gate's own refusal count (`loopguard_keyed_rejected_total`) counts the
-        // requests refused, not those that go on to wait.
-        let taken = if will_wait {
-            self.gate.try_acquire_uncounted(key)
-        } else {
-            self.gate.try_acquire(key)
-        };
-        match taken {
-            Ok(permit) => AdmitOutcome::Now(keyed_permit(permit, &self.stats), request),
+        // Not counted here: the service counts a refusal when it answers one, in the
+        // gate's own counts (`loopguard_keyed_rejected_total`, `_expired_total`).
+        match self.gate.try_acquire_uncounted(key) {
+            Ok(permit) => AdmitOutcome::Now(permit, request),
             Err(busy) => AdmitOutcome::Later(busy.into_key(), request),
         }
     }
@@ -235,26 +191,30 @@ where
     fn wait(&self, key: K) -> KeyedWait<K> {
         KeyedWait {
             acquire: self.gate.acquire(key),
-            stats: Arc::clone(&self.stats),
         }
     }
 
     fn reject(&self) {
-        self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        self.gate.count_rejected();
+    }
+
+    fn expire(&self) {
+        self.gate.count_expired();
+    }
+
+    fn discard(permit: KeyPermit<K>) {
+        permit.discard();
     }
 
     fn rejected(&self) -> u64 {
-        self.stats.rejected.load(Ordering::Relaxed)
+        self.gate.rejected() + self.gate.expired()
     }
 
     fn retry_after(&self) -> Duration {
-        let hold = self.stats.hold.get();
-        hold.map_or(Duration::from_secs(1), |avg| {
-            avg.max(Duration::from_millis(1))
-        })
+        self.gate.retry_after()
     }
 
-    fn slot(&self, permit: KeyedPermit<K>) -> super::slot::Slot {
+    fn slot(&self, permit: KeyPermit<K>) -> super::slot::Slot {
         super::slot::Slot::grant(permit)
     }
 

@@ -144,15 +144,19 @@ where
         let arrival = if self.config.wait {
             let deadline = self.config.deadline(&request);
             if deadline.is_some_and(Deadline::is_expired) {
+                // Spent before admission: counted as an expiry (a limit's refusal).
+                self.mode.expire();
                 return ResponseFuture {
-                    state: self.refuse(),
+                    state: ResponseState::Refused {
+                        retry_after: self.mode.retry_after(),
+                    },
                 };
             }
             Some(deadline)
         } else {
             None
         };
-        let state = match self.mode.try_admit(request, self.config.wait) {
+        let state = match self.mode.try_admit(request) {
             AdmitOutcome::Now(permit, request) => {
                 // If anything below panics, `slot` unwinds with it and the slot is freed.
                 let slot = self.mode.slot(permit);
@@ -245,13 +249,13 @@ struct WaitingRequest<S, ReqB, M: Mode> {
 }
 
 impl<S: Service<Request<ReqB>>, ReqB, M: Mode> WaitingRequest<S, ReqB, M> {
-    /// Refuses the request (no slot in time, or the gate closed). A permit granted to it
-    /// goes back discarded: a refused request's hold is no sample of the `Retry-After`
-    /// basis (it would drag the hint down towards zero).
+    /// Refuses the request (no slot in time, or the gate closed), counted as an expiry (a
+    /// limit's refusal). A permit granted to it goes back discarded: a refused request's
+    /// hold is no sample of the `Retry-After` basis.
     fn refused(&mut self) -> ResponseState<S, ReqB, M> {
         // Counted before the slot goes back: a task the release wakes (the next waiter,
         // one waiting for idleness) reads the refusal already counted.
-        self.mode.reject();
+        self.mode.expire();
         if let Some(permit) = self.permit.take() {
             M::discard(permit);
         }
