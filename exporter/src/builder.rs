@@ -162,6 +162,13 @@ impl ExporterBuilder {
     /// scheduler tick. A walk in that class runs only on CPU time nothing else wants: on a
     /// machine kept busy by other work, scrapes may then run out of budget (`504`). See
     /// loopguard's `PoolBuilder::worker_sched_idle`.
+    ///
+    /// One wait is left: a loop that another normal thread preempted (after using more than
+    /// its share) can still wait behind a walk until the next tick, up to 4 ms at 250 Hz.
+    /// The loop's thread is the application's, so the exporter leaves it alone; on Linux
+    /// 6.12 and later a short scheduler slice for it (`sched_setattr` with `sched_runtime`
+    /// 100 µs, allowed without privileges) made such waits rarer in the storm's bursts
+    /// (BENCHMARKS.md, "The loop through a burst").
     pub fn worker_sched_idle(mut self, idle: bool) -> ExporterBuilder {
         self.settings.worker_sched_idle = idle;
         self
