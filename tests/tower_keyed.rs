@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::convert::Infallible;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use common::services::{Hello, NeverReady};
 use common::{MapRecorder, bounded};
 use futures_lite::future::block_on;
-use http::{Request, Response, StatusCode};
+use http::{Request, StatusCode};
 use loopguard::deadline::Deadline;
 use loopguard::keyed::KeyedGate;
 use loopguard::tower::AdmissionLayer;
@@ -21,23 +20,6 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 const WATCHDOG: Duration = Duration::from_secs(20);
-
-#[derive(Clone)]
-struct Hello;
-
-impl Service<Request<()>> for Hello {
-    type Response = Response<&'static str>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<()>) -> Self::Future {
-        std::future::ready(Ok(Response::new("hello")))
-    }
-}
 
 fn path(parts: &http::request::Parts) -> String {
     parts.uri.path().to_string()
@@ -123,25 +105,6 @@ fn the_retry_after_of_a_keyed_layer_is_its_gates_basis() {
         assert_eq!(refused.headers()["retry-after"], "1");
         drop(held);
     }));
-}
-
-/// A service that is never ready (it keeps no waker: the deadline's timer wakes the
-/// request).
-#[derive(Clone)]
-struct NeverReady;
-
-impl Service<Request<()>> for NeverReady {
-    type Response = Response<&'static str>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Pending
-    }
-
-    fn call(&mut self, _: Request<()>) -> Self::Future {
-        std::future::ready(Ok(Response::new("never")))
-    }
 }
 
 /// A keyed request granted its key late and then refused (its service not ready before

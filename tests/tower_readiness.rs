@@ -15,6 +15,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use common::bounded;
+use common::services::Hello;
 use futures_lite::future::{block_on, poll_once};
 use http::{Request, Response, StatusCode};
 use loopguard::keyed::KeyedGate;
@@ -24,24 +25,6 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 const WATCHDOG: Duration = Duration::from_secs(30);
-
-/// Always ready; answers at once.
-#[derive(Clone)]
-struct Hello;
-
-impl Service<Request<()>> for Hello {
-    type Response = Response<&'static str>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: Request<()>) -> Self::Future {
-        std::future::ready(Ok(Response::new("hello")))
-    }
-}
 
 fn get(path: &str) -> Request<()> {
     Request::get(path).body(()).unwrap()

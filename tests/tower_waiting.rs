@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use common::bounded;
+use common::services::NeverReady;
 use http::{Request, Response, StatusCode};
 use loopguard::deadline::Deadline;
 use loopguard::tower::AdmissionLayer;
@@ -141,26 +142,6 @@ on_every_executor! {
         assert_eq!(waiting.in_use(), 0);
         // Refusals counted once each: the early one, and the two at their deadline.
         assert_eq!(waiting.rejected(), 3);
-    }
-}
-
-/// Never ready: a request granted a slot after waiting for it cannot be served before its
-/// deadline.
-#[derive(Clone)]
-struct NeverReady;
-
-impl Service<Request<()>> for NeverReady {
-    type Response = Response<&'static str>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<&'static str>, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // No waker kept: the deadline's timer wakes the request.
-        Poll::Pending
-    }
-
-    fn call(&mut self, _: Request<()>) -> Self::Future {
-        std::future::ready(Ok(Response::new("ok")))
     }
 }
 

@@ -604,10 +604,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedGate<K> {
         self.inner.tally.rejected()
     }
 
-    /// How many requests of a keyed tower layer
-    /// ([`AdmissionLayer::keyed`](crate::tower::AdmissionLayer::keyed)) waiting for a key
-    /// were refused because their deadline passed first: spent on arrival, or while in line
-    /// (`loopguard_keyed_expired_total`). 0 without the `tower` feature.
+    /// How many requests of a keyed tower layer (`AdmissionLayer::keyed`, feature `tower`)
+    /// waiting for a key were refused because their deadline passed first: spent on
+    /// arrival, or while in line (`loopguard_keyed_expired_total`). 0 without the `tower`
+    /// feature.
     ///
     /// # Examples
     ///

@@ -10,6 +10,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 pub mod exposition;
+#[cfg(feature = "tower")]
+pub mod services;
 
 /// Defines a module `$name` with one test per executor: `smol`, `async_std`,
 /// `local_executor`, `block_on` and `tokio_current_thread`, each running the same body.
