@@ -141,9 +141,21 @@ use super::wait::{Ended, SlotWait, Started};
 /// and the gate closes: it sees its end or is woken, and whatever it ends with, the
 /// slot it may hold is given back exactly once, as `Run` does (`Granted` -> the job
 /// runs and releases; `ClosedHolding` -> released at once; `Closed` -> nothing).
+///
+/// Seeded bugs this catches (each checked by hand under the bound below, then restored):
+/// `Waiter::set` taking the waker before it stores the state, and `Waiter::poll_state`
+/// reading the state before it registers (both: "a queued waiter was not woken");
+/// `SlotWait::settle` taking a slot that `claim` refused for its own (the gate's count
+/// underflows) or ending `Closed` on a slot it claimed just before the close ("left
+/// over").
 #[test]
 fn slot_wait_poll_races_grant_and_close() {
-    loom::model(|| {
+    let mut builder = loom::model::Builder::new();
+    // Three threads, and the waker slot's two-phase registration on the waiter's side:
+    // exhaustive, 71 s in a debug build on 2 cores; with at most three preemptions per
+    // execution about 1 s, and each seeded bug above still fails it.
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
         let (gate, releaser) = held_gate();
         let mut wait = SlotWait::new();
         let queued = wait.start(&gate);
