@@ -3,7 +3,8 @@
 //!
 //! rustc's wording changes between releases, so the `.stderr` files are pinned to the
 //! toolchain CI uses, Rust 1.95: on another one the test says so and checks nothing.
-//! Regenerate them with `TRYBUILD=overwrite cargo test --test api_diagnostics` and read the diff.
+//! Regenerate them with `TRYBUILD=overwrite cargo test -p loopguard-diagnostics` and read the
+//! diff.
 
 const PINNED: &str = "rustc 1.95.";
 
