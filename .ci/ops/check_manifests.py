@@ -26,6 +26,10 @@ from cloudcoil.models.istio.networking.v1 import DestinationRule, VirtualService
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
 from cloudcoil.models.prometheus_operator.v1 import PodMonitor
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
+
+from tally import Tally  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.30.0"
 CRD_MODELS = {
@@ -35,17 +39,8 @@ CRD_MODELS = {
     ("monitoring.coreos.com/v1", "PodMonitor"): PodMonitor,
 }
 
-passed, failed = 0, 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}")
-    return ok
+TALLY = Tally("check_manifests")
+check = TALLY.check
 
 
 def dropped(original, dumped, path=""):
@@ -204,8 +199,7 @@ def main():
         query = check(False, f"a manifest lacks what the contracts read: {type(err).__name__}: {err}")
     if query:
         print(f"KEDA query: {query}")
-    print(f"check_manifests: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return TALLY.summary()
 
 
 if __name__ == "__main__":

@@ -21,22 +21,16 @@ import tempfile
 
 import yaml
 
-import dashboard
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
+
+import dashboard  # noqa: E402
+from tally import Tally  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "ops" / "prometheus"
 TESTS_DIR = RULES_DIR / "tests"
-passed, failed = 0, 0
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}")
-    return ok
+TALLY = Tally("check_rules")
+check = TALLY.check
 
 
 def promtool(*args):
@@ -139,8 +133,7 @@ def main():
     check_coverage(alerts, records)
     check_annotations(alerts)
     check_dashboard()
-    print(f"check_rules: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return TALLY.summary()
 
 
 if __name__ == "__main__":

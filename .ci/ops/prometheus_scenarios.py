@@ -42,8 +42,6 @@ import pathlib
 import queue
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,7 +51,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-import dashboard
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
+
+import dashboard  # noqa: E402
+from procs import free_port, stop  # noqa: E402 (replicas.py takes both from here too)
+from prometheus_api import PrometheusApi  # noqa: E402
+from tally import Tally  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULES = sorted((ROOT / "ops" / "prometheus").glob("*.yaml"))
@@ -63,19 +66,9 @@ WATCHDOG_SECONDS = 170
 DEFAULT_BUILD = "cargo build --release --locked --workspace --example registry_exporter"
 
 children = []
-passed, failed = 0, 0
+TALLY = Tally("prometheus_scenarios", verbose=True)
+check = TALLY.check
 figures = {}
-
-
-def check(ok, what):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"  ok: {what}")
-    else:
-        failed += 1
-        print(f"  FAIL: {what}")
-    return ok
 
 
 def kill_children():
@@ -104,23 +97,6 @@ def scaled(text, factor=TIME_SCALE):
 
     text = re.sub(r"(\[)(\d+)(ms|s|m|h)(\])", shrink, text)
     return re.sub(r"(\bfor: )(\d+)(ms|s|m|h)(\s)", shrink, text)
-
-
-def free_port():
-    # Prometheus cannot listen on port 0 and report it: take a free port and release it.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def exporter_binary():
@@ -168,7 +144,7 @@ class Exporter:
         stop(self.proc)
 
 
-class Prometheus:
+class Prometheus(PrometheusApi):
     def __init__(self, target, jobs):
         """jobs: list of (job_name, scrape_interval_s, scrape_timeout_s, extra_labels)."""
         self.dir = tempfile.TemporaryDirectory(prefix="loopguard-prom-")
@@ -214,21 +190,6 @@ class Prometheus:
                 self.log.seek(0)
                 sys.exit(f"prometheus_scenarios: Prometheus did not become ready:\n{self.log.read()[-3000:]}")
             time.sleep(0.1)
-
-    def ready(self):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def api(self, path, **params):
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.load(r)
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
 
     def query(self, expr):
         """{job: value} (or {labels: value} without a job label) of an instant query."""
@@ -387,7 +348,6 @@ def overloaded(binary):
         prom.wait_until('ALERTS{alertname="LoopguardDemandAboveCapacity"}', "LoopguardDemandAboveCapacity pending", 15)
         w = prom.window()
         total = sum(prom.query(f"count_over_time(up[{w}])").values())
-        ok = sum(prom.query(f"sum_over_time(up[{w}])").values())
         durations = check_durations(prom, w)
         errors = [t["lastError"] for t in prom.api("targets")["activeTargets"] if t["lastError"]]
         check(all("503" in e for e in errors), f"failed scrapes got 503, not a timeout: {sorted(set(errors))}")
@@ -530,8 +490,7 @@ def main():
     figures["seconds"] = round(time.monotonic() - began, 1)
     if "--json" in sys.argv:
         print(json.dumps(figures))
-    print(f"prometheus_scenarios: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return TALLY.summary()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# .ci/lib: procs (free ports, stopping children), prometheus_api.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "lib"))
 
 import fixtures  # noqa: E402
 import peers  # noqa: E402

@@ -8,10 +8,10 @@ prints `listening on http://ADDR`.
 
 import queue
 import re
-import signal
-import socket
 import subprocess
 import threading
+
+from procs import free_port, stop
 
 START_TIMEOUT = 15
 children = []
@@ -25,25 +25,9 @@ class Refused(StartFailed):
     """The peer refused the file at start (its own words in the message)."""
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def stop_all():
     for proc in children:
         stop(proc)
-
-
-def stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 class Peer:

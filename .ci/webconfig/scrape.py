@@ -8,16 +8,16 @@ import pathlib
 import subprocess
 import tempfile
 import time
-import urllib.parse
-import urllib.request
 
 import fixtures
 import peers
+from procs import free_port, stop
+from prometheus_api import PrometheusApi
 
 WAIT_SECONDS = 30
 
 
-class Prometheus:
+class Prometheus(PrometheusApi):
     def __init__(self, binary, jobs, tries=5):
         """jobs: [(job_name, addr, tls, password, ca_file)], each for user fixtures.USER."""
         self.dir = tempfile.TemporaryDirectory(prefix="loopguard-webconfig-prom-")
@@ -29,7 +29,7 @@ class Prometheus:
         path = pathlib.Path(self.dir.name) / "prometheus.yml"
         path.write_text(json.dumps(config, indent=1))  # JSON is YAML
         for _ in range(tries):
-            self.port = peers.free_port()
+            self.port = free_port()
             log = tempfile.TemporaryFile("w+")
             self.proc = subprocess.Popen(
                 [binary, f"--config.file={path}", f"--web.listen-address=127.0.0.1:{self.port}",
@@ -41,27 +41,12 @@ class Prometheus:
                 time.sleep(0.1)
             if self.proc.poll() is None and self.ready():
                 return
-            peers.stop(self.proc)
+            stop(self.proc)
             log.seek(0)
             text = log.read()
             if "address already in use" not in text:
                 raise peers.StartFailed(f"Prometheus did not become ready:\n{text[-3000:]}")
         raise peers.StartFailed(f"Prometheus: no free port in {tries} tries")
-
-    def ready(self):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def api(self, path, **params):
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            body = json.load(r)
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
 
     def up(self):
         """{job: up} once every job has a sample (or what there is at the deadline)."""
@@ -76,7 +61,7 @@ class Prometheus:
         return {t["labels"]["job"]: t.get("lastError", "") for t in self.api("targets")["activeTargets"]}
 
     def stop(self):
-        peers.stop(self.proc)
+        stop(self.proc)
         self.dir.cleanup()
 
 
