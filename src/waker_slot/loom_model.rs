@@ -52,14 +52,17 @@ fn finish(state: &Mutex<State>) {
     waker.wake();
 }
 
+/// [`finish`] on another thread.
+fn spawn_finish(state: &Arc<Mutex<State>>) -> thread::JoinHandle<()> {
+    let state = state.clone();
+    thread::spawn(move || finish(&state))
+}
+
 #[test]
 fn a_take_racing_a_registration_is_never_lost() {
     loom::model(|| {
         let state = Arc::new(Mutex::new(State::default()));
-        let finisher = {
-            let state = state.clone();
-            thread::spawn(move || finish(&state))
-        };
+        let finisher = spawn_finish(&state);
         let (woken, waker) = flag();
         let over = poll(&state, &waker);
         finisher.join().unwrap();
@@ -76,10 +79,7 @@ fn a_new_waker_racing_a_take_is_the_one_woken() {
         let state = Arc::new(Mutex::new(State::default()));
         let (_, old) = flag();
         assert!(!poll(&state, &old));
-        let finisher = {
-            let state = state.clone();
-            thread::spawn(move || finish(&state))
-        };
+        let finisher = spawn_finish(&state);
         let (woken, new) = flag();
         let over = poll(&state, &new);
         finisher.join().unwrap();
@@ -111,10 +111,7 @@ fn a_replaced_waker_that_re_enters_is_dropped_after_the_lock() {
         let old = Waker::from(Arc::new(ReEnters(Arc::downgrade(&state))));
         assert!(!poll(&state, &old));
         drop(old);
-        let finisher = {
-            let state = state.clone();
-            thread::spawn(move || finish(&state))
-        };
+        let finisher = spawn_finish(&state);
         let (woken, new) = flag();
         let over = poll(&state, &new);
         finisher.join().unwrap();

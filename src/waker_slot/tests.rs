@@ -43,6 +43,21 @@ impl Drop for Hostile {
     }
 }
 
+/// A [`Hostile`] waker of `mutex`, stored in it (the caller's handle dropped), and its two
+/// flags: dropped with the lock free, dropped.
+fn stored_hostile(mutex: &Arc<Mutex<WakerSlot>>) -> (Arc<AtomicBool>, Arc<AtomicBool>) {
+    let free = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let hostile = Waker::from(Arc::new(Hostile {
+        mutex: Arc::downgrade(mutex),
+        dropped_with_lock_free: free.clone(),
+        dropped: dropped.clone(),
+    }));
+    store(mutex, &hostile);
+    drop(hostile);
+    (free, dropped)
+}
+
 fn store(mutex: &Mutex<WakerSlot>, waker: &Waker) {
     register(mutex, waker, |slot| Visit::Store(slot, ()));
 }
@@ -78,15 +93,7 @@ fn the_same_task_is_stored_once() {
 #[test]
 fn a_replaced_waker_is_dropped_after_the_lock_contained() {
     let mutex = Arc::new(Mutex::new(WakerSlot::new()));
-    let free = Arc::new(AtomicBool::new(false));
-    let dropped = Arc::new(AtomicBool::new(false));
-    let hostile = Waker::from(Arc::new(Hostile {
-        mutex: Arc::downgrade(&mutex),
-        dropped_with_lock_free: free.clone(),
-        dropped: dropped.clone(),
-    }));
-    store(&mutex, &hostile);
-    drop(hostile);
+    let (free, dropped) = stored_hostile(&mutex);
     assert!(!dropped.load(Ordering::SeqCst));
     let (_, other) = plain();
     // Replacing it drops the hostile waker: after the lock, and its panic is contained.
@@ -120,15 +127,7 @@ fn a_registration_that_finds_the_wait_over_stores_nothing() {
 #[test]
 fn a_taken_waker_is_woken_and_dropped_contained() {
     let mutex = Arc::new(Mutex::new(WakerSlot::new()));
-    let free = Arc::new(AtomicBool::new(false));
-    let dropped = Arc::new(AtomicBool::new(false));
-    let hostile = Waker::from(Arc::new(Hostile {
-        mutex: Arc::downgrade(&mutex),
-        dropped_with_lock_free: free.clone(),
-        dropped: dropped.clone(),
-    }));
-    store(&mutex, &hostile);
-    drop(hostile);
+    let (free, dropped) = stored_hostile(&mutex);
     let taken = lock(&*mutex).take();
     // Both its `wake` and its `Drop` panic: neither unwinds out of here.
     taken.wake();

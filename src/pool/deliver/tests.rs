@@ -63,6 +63,29 @@ struct Slot<'a> {
     panics: bool,
 }
 
+impl<'a> Slot<'a> {
+    fn new(
+        handoff: &'a Handoff<u32>,
+        limit: &'a Limit,
+        seen: &'a Cell<Option<Seen>>,
+        panics: bool,
+    ) -> Self {
+        Slot {
+            handoff,
+            limit,
+            seen,
+            panics,
+        }
+    }
+}
+
+/// What the slot must see in every delivery: it goes before the publish, and the publish
+/// keeps the limit from reading idle.
+const BEFORE_THE_PUBLISH: Seen = Seen {
+    published: false,
+    idle: false,
+};
+
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.seen.set(Some(Seen {
@@ -93,23 +116,18 @@ fn the_slot_goes_before_the_publish_inside_one_counted_publish() {
     let (limit, handoff, seen) = (limit(), handoff(), Cell::new(None));
     let woken = waiting(&handoff);
     let told = Cell::new(false);
-    let slot = Slot {
-        handoff: &handoff,
-        limit: &limit,
-        seen: &seen,
-        panics: false,
-    };
+    let slot = Slot::new(&handoff, &limit, &seen, false);
     deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {
         assert!(!handoff.is_finished(), "told after the publish");
         assert!(seen.get().is_none(), "told after the slot went back");
         told.set(true);
     });
     assert!(told.get());
-    let expected = Seen {
-        published: false,
-        idle: false,
-    };
-    assert_eq!(seen.get(), Some(expected), "slot let go out of order");
+    assert_eq!(
+        seen.get(),
+        Some(BEFORE_THE_PUBLISH),
+        "slot let go out of order"
+    );
     assert_delivered_once(&handoff, &limit, &woken);
 }
 
@@ -117,12 +135,7 @@ fn the_slot_goes_before_the_publish_inside_one_counted_publish() {
 fn a_slot_whose_drop_unwinds_is_still_followed_by_the_publish_and_its_end() {
     let (limit, handoff, seen) = (limit(), handoff(), Cell::new(None));
     let woken = waiting(&handoff);
-    let slot = Slot {
-        handoff: &handoff,
-        limit: &limit,
-        seen: &seen,
-        panics: true,
-    };
+    let slot = Slot::new(&handoff, &limit, &seen, true);
     let unwound = catch_unwind(AssertUnwindSafe(|| {
         deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {});
     }));
@@ -130,11 +143,7 @@ fn a_slot_whose_drop_unwinds_is_still_followed_by_the_publish_and_its_end() {
         unwound.is_err(),
         "the slot's panic is not deliver's to contain"
     );
-    let expected = Seen {
-        published: false,
-        idle: false,
-    };
-    assert_eq!(seen.get(), Some(expected));
+    assert_eq!(seen.get(), Some(BEFORE_THE_PUBLISH));
     assert_delivered_once(&handoff, &limit, &woken);
 }
 
@@ -142,23 +151,18 @@ fn a_slot_whose_drop_unwinds_is_still_followed_by_the_publish_and_its_end() {
 fn a_tell_that_unwinds_still_lets_the_slot_go_before_the_publish() {
     let (limit, handoff, seen) = (limit(), handoff(), Cell::new(None));
     let woken = waiting(&handoff);
-    let slot = Slot {
-        handoff: &handoff,
-        limit: &limit,
-        seen: &seen,
-        panics: false,
-    };
+    let slot = Slot::new(&handoff, &limit, &seen, false);
     let unwound = catch_unwind(AssertUnwindSafe(|| {
         deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {
             panic!("expected tell panic")
         });
     }));
     assert!(unwound.is_err());
-    let expected = Seen {
-        published: false,
-        idle: false,
-    };
-    assert_eq!(seen.get(), Some(expected), "slot let go out of order");
+    assert_eq!(
+        seen.get(),
+        Some(BEFORE_THE_PUBLISH),
+        "slot let go out of order"
+    );
     assert_delivered_once(&handoff, &limit, &woken);
 }
 
@@ -180,12 +184,7 @@ fn a_caller_waker_that_panics_while_a_step_unwinds_is_contained() {
     let waker = Waker::from(Arc::new(Panicking));
     let polled = handoff.poll_take(&mut Context::from_waker(&waker), "test");
     assert!(polled.is_pending());
-    let slot = Slot {
-        handoff: &handoff,
-        limit: &limit,
-        seen: &seen,
-        panics: true,
-    };
+    let slot = Slot::new(&handoff, &limit, &seen, true);
     let unwound = catch_unwind(AssertUnwindSafe(|| {
         deliver(&limit, &handoff, Ok(7), Duration::ZERO, slot, || {});
     }));
